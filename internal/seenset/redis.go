@@ -1,0 +1,316 @@
+package seenset
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisOptions configures NewRedis. One address is a standalone server,
+// several are Cluster seeds, and MasterName selects Sentinel (Addrs are then
+// the sentinels), following redis.NewUniversalClient. Zero durations and
+// PoolSize take go-redis' defaults.
+type RedisOptions struct {
+	Addrs []string
+	// MasterName is the Sentinel master set name; empty for standalone and
+	// Cluster.
+	MasterName string
+	Username   string
+	Password   string
+	// DB is ignored by Cluster, which has only database 0.
+	DB  int
+	TLS *tls.Config
+	// Prefix is prepended to every key, so several deployments (or tests)
+	// can share one Redis without seeing each other's keys.
+	Prefix       string
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	PoolSize     int
+}
+
+// Redis is the Store on Redis (standalone, Sentinel or Cluster).
+//
+// A key's whole state lives in one string value, "inflight:<token>" or
+// "done:<token>", whose expiry is the lease or the done TTL. Every
+// transition is one Lua script on that single key: Redis runs a script
+// atomically, and a single key keeps it valid on Cluster.
+//
+// Every method is idempotent for the same arguments, so go-redis' automatic
+// retry after a lost reply cannot change the outcome.
+type Redis struct {
+	c      redis.UniversalClient
+	prefix string
+	owned  bool
+}
+
+var _ Store = (*Redis)(nil)
+
+// NewRedis creates a client from o. It does not contact Redis: a sidecar must
+// be able to start while Redis is down and report it through Ping
+// (readiness) rather than crash-loop. Close closes the client.
+func NewRedis(o RedisOptions) (*Redis, error) {
+	if len(o.Addrs) == 0 {
+		return nil, errors.New("seenset: redis: no address given")
+	}
+	for _, a := range o.Addrs {
+		if a == "" {
+			return nil, errors.New("seenset: redis: empty address")
+		}
+	}
+	if o.DialTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0 || o.PoolSize < 0 {
+		return nil, errors.New("seenset: redis: timeouts and pool size must not be negative")
+	}
+	c := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:        o.Addrs,
+		MasterName:   o.MasterName,
+		Username:     o.Username,
+		Password:     o.Password,
+		DB:           o.DB,
+		TLSConfig:    o.TLS,
+		DialTimeout:  o.DialTimeout,
+		ReadTimeout:  o.ReadTimeout,
+		WriteTimeout: o.WriteTimeout,
+		PoolSize:     o.PoolSize,
+		// Without this go-redis ignores the caller's deadline and waits out
+		// ReadTimeout; the pipeline bounds each store call by its context.
+		ContextTimeoutEnabled: true,
+	})
+	return &Redis{c: c, prefix: o.Prefix, owned: true}, nil
+}
+
+// NewRedisWithClient wraps a client the caller already has (shared pool,
+// custom hooks, tests). The caller keeps ownership: Close does not close c,
+// because other users of c would break.
+func NewRedisWithClient(c redis.UniversalClient, prefix string) *Redis {
+	return &Redis{c: c, prefix: prefix}
+}
+
+// Script replies. Small integers rather than strings keep the reply cheap
+// and the mapping in one place.
+const (
+	replyOK       = 1
+	replyNotOwner = 0
+	replyDup      = 2
+	replyBusy     = 3
+)
+
+// Every script reads the value first and refuses to touch a value it does
+// not recognise: a foreign value under our prefix is a configuration error,
+// and overwriting it would hide that.
+const luaParse = `
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 9) ~= 'inflight:' and string.sub(v, 1, 5) ~= 'done:' then
+  return redis.error_reply('seenset: unexpected value under key')
+end
+`
+
+// KEYS[1] key, ARGV[1] token, ARGV[2] lease ms.
+var claimScript = redis.NewScript(luaParse + `
+if not v then
+  redis.call('SET', KEYS[1], 'inflight:' .. ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if string.sub(v, 1, 5) == 'done:' then
+  return 2
+end
+if v == 'inflight:' .. ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 3
+`)
+
+// KEYS[1] key, ARGV[1] token, ARGV[2] lease ms.
+var renewScript = redis.NewScript(luaParse + `
+if v == 'inflight:' .. ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// KEYS[1] key, ARGV[1] token, ARGV[2] ttl ms.
+var commitScript = redis.NewScript(luaParse + `
+if (not v) or v == 'inflight:' .. ARGV[1] or v == 'done:' .. ARGV[1] then
+  redis.call('SET', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// KEYS[1] key, ARGV[1] token.
+var releaseScript = redis.NewScript(luaParse + `
+if not v then
+  return 1
+end
+if v == 'inflight:' .. ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
+// Value and PTTL in one script so the TTL belongs to the value read.
+// KEYS[1] key.
+var statusScript = redis.NewScript(luaParse + `
+if not v then
+  return {}
+end
+return {v, redis.call('PTTL', KEYS[1])}
+`)
+
+func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duration) (ClaimResult, error) {
+	if err := ValidateArgs(key, token, lease); err != nil {
+		return 0, err
+	}
+	n, err := r.runInt(ctx, claimScript, key, token, millis(lease))
+	if err != nil {
+		return 0, err
+	}
+	switch n {
+	case replyOK:
+		return Claimed, nil
+	case replyDup:
+		return Duplicate, nil
+	case replyBusy:
+		return Busy, nil
+	}
+	return 0, unexpectedReply(n)
+}
+
+func (r *Redis) Renew(ctx context.Context, key, token string, lease time.Duration) error {
+	if err := ValidateArgs(key, token, lease); err != nil {
+		return err
+	}
+	return r.runOwned(ctx, renewScript, key, token, millis(lease))
+}
+
+func (r *Redis) Commit(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := ValidateArgs(key, token, ttl); err != nil {
+		return err
+	}
+	return r.runOwned(ctx, commitScript, key, token, millis(ttl))
+}
+
+func (r *Redis) Release(ctx context.Context, key, token string) error {
+	if err := validateKeyToken(key, token); err != nil {
+		return err
+	}
+	return r.runOwned(ctx, releaseScript, key, token)
+}
+
+func (r *Redis) Forget(ctx context.Context, key string) (bool, error) {
+	if err := validateKey(key); err != nil {
+		return false, err
+	}
+	n, err := r.c.Del(ctx, r.prefix+key).Result()
+	if err != nil {
+		return false, unavailable(ctx, err)
+	}
+	return n > 0, nil
+}
+
+func (r *Redis) Status(ctx context.Context, key string) (Status, error) {
+	if err := validateKey(key); err != nil {
+		return Status{}, err
+	}
+	res, err := statusScript.Run(ctx, r.c, []string{r.prefix + key}).Slice()
+	if err != nil {
+		return Status{}, unavailable(ctx, err)
+	}
+	if len(res) == 0 {
+		return Status{State: Absent}, nil
+	}
+	if len(res) != 2 {
+		return Status{}, fmt.Errorf("%w: unexpected status reply %v", ErrUnavailable, res)
+	}
+	v, ok1 := res[0].(string)
+	pttl, ok2 := res[1].(int64)
+	if !ok1 || !ok2 {
+		return Status{}, fmt.Errorf("%w: unexpected status reply %v", ErrUnavailable, res)
+	}
+	st := Status{}
+	if pttl > 0 {
+		st.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	switch {
+	case len(v) >= len("inflight:") && v[:len("inflight:")] == "inflight:":
+		st.State, st.Token = Inflight, v[len("inflight:"):]
+	case len(v) >= len("done:") && v[:len("done:")] == "done:":
+		st.State, st.Token = Done, v[len("done:"):]
+	default:
+		// The script already rejects this; kept so a script change cannot
+		// silently report garbage.
+		return Status{}, fmt.Errorf("%w: unexpected value %q", ErrUnavailable, v)
+	}
+	return st, nil
+}
+
+func (r *Redis) Ping(ctx context.Context) error {
+	if err := r.c.Ping(ctx).Err(); err != nil {
+		return unavailable(ctx, err)
+	}
+	return nil
+}
+
+// Close closes the client only when NewRedis created it.
+func (r *Redis) Close() error {
+	if !r.owned {
+		return nil
+	}
+	if err := r.c.Close(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (r *Redis) runInt(ctx context.Context, s *redis.Script, key string, args ...any) (int64, error) {
+	n, err := s.Run(ctx, r.c, []string{r.prefix + key}, args...).Int64()
+	if err != nil {
+		return 0, unavailable(ctx, err)
+	}
+	return n, nil
+}
+
+// runOwned runs a script that answers replyOK or replyNotOwner.
+func (r *Redis) runOwned(ctx context.Context, s *redis.Script, key string, args ...any) error {
+	n, err := r.runInt(ctx, s, key, args...)
+	if err != nil {
+		return err
+	}
+	switch n {
+	case replyOK:
+		return nil
+	case replyNotOwner:
+		return ErrNotOwner
+	}
+	return unexpectedReply(n)
+}
+
+// millis rounds up, so a positive sub-millisecond duration becomes 1 ms
+// rather than PX 0, which Redis rejects.
+func millis(d time.Duration) string {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return strconv.FormatInt(int64(ms), 10)
+}
+
+// unavailable translates a driver error. The driver error is formatted, not
+// wrapped, so callers cannot come to depend on go-redis types (redis.Nil
+// above all). The context's own error is wrapped when it ended, so a caller
+// that is shutting down can tell its cancellation from an outage.
+func unavailable(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w: %w (%v)", ErrUnavailable, cerr, err)
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+func unexpectedReply(n int64) error {
+	return fmt.Errorf("%w: unexpected script reply %d", ErrUnavailable, n)
+}
