@@ -1,0 +1,468 @@
+// Package forward delivers one message to the unchanged app over local HTTP
+// and says what became of it: Success (commit the key, ack), Retryable
+// (release the claim, back off, try again) or Permanent (release,
+// dead-letter now).
+//
+// It is modelled on alertmanager's notify/webhook: a deadline per request, a
+// bounded read of the answer so the connection goes back to the pool, URLs
+// redacted from errors, 5xx retryable and other non-2xx permanent. Two
+// things are added for apps that move over from Dapr or Knative: which
+// statuses retry is configurable, and a 2xx whose JSON body carries Dapr's
+// {"status": "SUCCESS" | "RETRY" | "DROP"} is honoured.
+//
+// Do never returns an error: every failure is a Result whose Outcome the
+// caller acts on and whose Reason is safe to log and to put into a
+// dead-letter header.
+package forward
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultTimeout          = 30 * time.Second
+	DefaultMaxConns         = 32
+	DefaultMaxResponseBytes = 64 << 10
+	DefaultUserAgent        = "dedupe-proxy"
+)
+
+// DefaultRetryStatuses are the non-2xx statuses retried when
+// Config.RetryStatuses is empty: server errors, request timeout and rate
+// limiting are the app saying "not now"; any other 4xx says "never".
+func DefaultRetryStatuses() []string { return []string{"5xx", "408", "429"} }
+
+// ErrInvalidRequest marks a Request that cannot be sent as it is (a path
+// that is not a URL, an idempotency key that is not a valid header value).
+// Retrying cannot fix it, so its Outcome is Permanent.
+var ErrInvalidRequest = errors.New("forward: invalid request")
+
+// Config configures a Client. Zero fields take the defaults above.
+type Config struct {
+	// URL is the app's base URL, e.g. http://127.0.0.1:8080; a request goes
+	// to URL + Request.Path. Userinfo, if present, is sent as basic auth.
+	URL string
+	// Socket, when set, is a Unix socket dialled instead of URL's host; URL
+	// still gives the scheme, the Host header and the base path.
+	Socket string
+	// Timeout bounds one request, reading the (bounded) answer included.
+	Timeout time.Duration
+	// MaxConns is the number of idle keep-alive connections kept to the app.
+	// Size it to the number of workers: with fewer, every request beyond
+	// them opens and closes a TCP connection (see FIELD-NOTES, net/http).
+	MaxConns int
+	// MaxResponseBytes is how much of an answer is read. A shorter answer is
+	// read to the end so the connection is reused; a longer one is cut off
+	// by closing the connection, so a runaway app cannot make us buffer or
+	// download megabytes per message.
+	MaxResponseBytes int64
+	// RetryStatuses lists the non-2xx statuses that are retryable, as codes
+	// ("503") or classes ("5xx"); every other non-2xx is permanent. Empty
+	// means DefaultRetryStatuses.
+	RetryStatuses []string
+	// HeaderAllowlist names the message headers copied onto the request
+	// (case-insensitive). traceparent and tracestate always pass.
+	HeaderAllowlist []string
+	// UserAgent is sent with every request; empty means DefaultUserAgent.
+	UserAgent string
+}
+
+// Request is one message to forward.
+type Request struct {
+	// Path is appended to Config.URL; it may carry a query.
+	Path string
+	// Body is sent byte for byte and is not copied; the caller must not
+	// modify it until Do returns.
+	Body []byte
+	// ContentType is the message's content type; empty means
+	// application/octet-stream.
+	ContentType string
+	// IdempotencyKey is the message key without the consumer prefix, sent
+	// as Idempotency-Key: the app's own defence for the one crash window
+	// the seen-set cannot close. Empty (no usable key) sends no header.
+	IdempotencyKey string
+	// Attempt is sent as X-Dedupe-Attempt when positive.
+	Attempt int
+	// Meta are the source metadata headers (X-Dedupe-Source, -Queue,
+	// -Topic, -Partition, -Offset, -Redelivered, …), set as given. They
+	// override message headers of the same name.
+	Meta []Header
+	// MessageHeaders are the message's own headers; only allow-listed ones
+	// and traceparent/tracestate are sent.
+	MessageHeaders map[string]string
+}
+
+// Header is one header name and value.
+type Header struct{ Name, Value string }
+
+// Result is what became of one Request.
+type Result struct {
+	Outcome Outcome
+	// Status is the HTTP status, 0 when no response arrived.
+	Status int
+	// RetryAfter is the app's Retry-After (seconds or HTTP-date), capped at
+	// MaxRetryAfter; 0 when absent, invalid or in the past.
+	RetryAfter time.Duration
+	// Reason is short and safe for logs and dead-letter headers: "status
+	// 503", "app status RETRY", "timeout", "connection refused", …
+	Reason string
+	// Err is the underlying error when there was no usable response, with
+	// the URL's credentials and query removed; nil otherwise.
+	Err error
+	// Duration is the time Do took, reading the answer included.
+	Duration time.Duration
+}
+
+// Client forwards requests to one app. It is safe for concurrent use.
+type Client struct {
+	base      string // scheme://host[/path], without userinfo or trailing slash
+	basicAuth string // precomputed Authorization value from URL userinfo, or ""
+	timeout   time.Duration
+	maxResp   int64
+	retry     StatusRules
+	allow     map[string]struct{} // lower-case header names
+	userAgent string
+	transport *http.Transport
+	client    *http.Client
+}
+
+// New validates c, applies defaults and builds the connection pool. All
+// problems are reported at once.
+func New(c Config) (*Client, error) {
+	var errs []error
+	bad := func(field string, err error) { errs = append(errs, fmt.Errorf("forward: %s: %w", field, err)) }
+
+	base, err := parseBaseURL(c.URL)
+	if err != nil {
+		bad("URL", err)
+	}
+	if c.Timeout < 0 {
+		bad("Timeout", fmt.Errorf("must not be negative, got %s", c.Timeout))
+	}
+	if c.MaxConns < 0 {
+		bad("MaxConns", fmt.Errorf("must not be negative, got %d", c.MaxConns))
+	}
+	if c.MaxResponseBytes < 0 {
+		bad("MaxResponseBytes", fmt.Errorf("must not be negative, got %d", c.MaxResponseBytes))
+	}
+	statuses := c.RetryStatuses
+	if len(statuses) == 0 {
+		statuses = DefaultRetryStatuses()
+	}
+	rules, err := ParseStatusRules(statuses)
+	if err != nil {
+		bad("RetryStatuses", err)
+	}
+	if err := ValidateHeaderAllowlist(c.HeaderAllowlist); err != nil {
+		bad("HeaderAllowlist", err)
+	}
+	if c.UserAgent != "" && !ValidHeaderValue(c.UserAgent) {
+		bad("UserAgent", errors.New("contains characters not allowed in a header value"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	cl := &Client{
+		timeout:   orDefault(c.Timeout, DefaultTimeout),
+		maxResp:   orDefault(c.MaxResponseBytes, DefaultMaxResponseBytes),
+		retry:     rules,
+		allow:     make(map[string]struct{}, len(c.HeaderAllowlist)),
+		userAgent: orDefault(c.UserAgent, DefaultUserAgent),
+	}
+	if u := base.User; u != nil {
+		pw, _ := u.Password()
+		cl.basicAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw))
+		base.User = nil // request URLs, and so their errors, never carry the credentials
+	}
+	cl.base = strings.TrimSuffix(base.String(), "/")
+	for _, n := range c.HeaderAllowlist {
+		cl.allow[strings.ToLower(n)] = struct{}{}
+	}
+
+	maxConns := orDefault(c.MaxConns, DefaultMaxConns)
+	// No dial timeout of its own: the per-request deadline bounds the dial.
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	dial := dialer.DialContext
+	if c.Socket != "" {
+		socket := c.Socket
+		dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", socket)
+		}
+	}
+	// HTTP/1.1 only: the idle pool then holds one connection per in-flight
+	// request, which is what MaxConns sizes, and a slow answer never stalls
+	// the others on a shared HTTP/2 connection.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	cl.transport = &http.Transport{
+		// The app is local; HTTP_PROXY set for the pod's egress must not
+		// reroute the forward step.
+		Proxy:               nil,
+		DialContext:         dial,
+		MaxIdleConns:        maxConns,
+		MaxIdleConnsPerHost: maxConns,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+		// MaxResponseBytes bounds the body; this bounds what a runaway app
+		// can make each worker buffer before the body (net/http: 10 MiB).
+		MaxResponseHeaderBytes: 1 << 20,
+		// Without this net/http asks for gzip and silently decodes it, and
+		// MaxResponseBytes would bound the compressed size only.
+		DisableCompression: true,
+		ForceAttemptHTTP2:  false,
+		Protocols:          &protocols,
+	}
+	cl.client = &http.Client{
+		Transport: cl.transport,
+		// Following a 301/302/303 turns the POST into a body-less GET: a 200
+		// from it would ack a message the app never saw. A redirect is
+		// reported as its own status instead (permanent unless "3xx" is in
+		// RetryStatuses).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return cl, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// parseBaseURL returns errors that never quote the URL: it may hold
+// credentials.
+func parseBaseURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("is empty")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("not a URL: %w", err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("scheme %q: want http:// or https://", u.Scheme)
+	case u.Host == "":
+		return nil, errors.New("has no host")
+	case u.RawQuery != "" || u.ForceQuery:
+		return nil, errors.New("must not have a query: Request.Path is appended to it")
+	case u.Fragment != "":
+		return nil, errors.New("must not have a fragment")
+	}
+	return u, nil
+}
+
+// target appends path to the base URL with exactly one slash between them.
+func (c *Client) target(path string) string {
+	switch {
+	case path == "":
+		return c.base
+	case path[0] == '/' || path[0] == '?':
+		return c.base + path
+	}
+	return c.base + "/" + path
+}
+
+// Do POSTs r to the app and classifies the answer. It never panics on a
+// misbehaving app and returns within Config.Timeout of the call (or sooner,
+// when ctx ends).
+func (c *Client) Do(ctx context.Context, r Request) Result {
+	start := time.Now()
+	res := c.do(ctx, r)
+	res.Duration = time.Since(start)
+	return res
+}
+
+func (c *Client) do(parent context.Context, r Request) Result {
+	if r.IdempotencyKey != "" && !ValidHeaderValue(r.IdempotencyKey) {
+		// Sending the message without its key would silently drop the app's
+		// defence against a double effect; mangling it could collide with
+		// another key. The key extractor should have called this "no usable
+		// key" (see ValidHeaderValue).
+		return Result{
+			Outcome: Permanent,
+			Reason:  "invalid idempotency key",
+			Err:     fmt.Errorf("%w: idempotency key contains characters not allowed in a header value", ErrInvalidRequest),
+		}
+	}
+	ctx, cancel := context.WithTimeout(parent, c.timeout)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.target(r.Path), bytes.NewReader(r.Body))
+	if err != nil {
+		return Result{
+			Outcome: Permanent,
+			Reason:  "invalid request path",
+			Err:     fmt.Errorf("%w: path: %w", ErrInvalidRequest, redact(err)),
+		}
+	}
+	c.setHeaders(req.Header, &r)
+
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return failure(parent, ctx, redact(err), "")
+	}
+	return c.classify(parent, ctx, resp)
+}
+
+// classify reads at most maxResp bytes of the answer, closes it and decides.
+func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Result {
+	code := resp.StatusCode
+	res := Result{Status: code, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+
+	if code < 200 || code > 299 {
+		// The body is of no use, but reading a short one to the end lets the
+		// transport put the connection back into the pool.
+		_, _ = io.CopyN(io.Discard, resp.Body, c.maxResp+1)
+		resp.Body.Close()
+		res.Outcome = Permanent
+		if c.retry.Retryable(code) {
+			res.Outcome = Retryable
+		}
+		res.Reason = "status " + strconv.Itoa(code)
+		return res
+	}
+
+	buf := getBuffer()
+	defer putBuffer(buf)
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, c.maxResp+1))
+	// Closing a body not read to EOF closes the connection rather than
+	// draining it: that is how an oversized answer is cut off.
+	resp.Body.Close()
+	if err != nil {
+		// The status line said 2xx but the body, which may carry a Dapr
+		// RETRY or DROP, was cut: the app's verdict is unknown, and retrying
+		// with the same Idempotency-Key is the safe side.
+		f := failure(parent, ctx, err, "reading response: ")
+		f.Status, f.RetryAfter = code, res.RetryAfter
+		return f
+	}
+	res.Outcome, res.Reason = Success, "status "+strconv.Itoa(code)
+	if n > c.maxResp {
+		// Too long to hold a Dapr status we could read; the status code
+		// stands.
+		return res
+	}
+	if o, reason, ok := appStatus(resp.Header.Get("Content-Type"), buf.Bytes()); ok {
+		res.Outcome, res.Reason = o, reason
+	}
+	return res
+}
+
+// failure classifies an error that left no usable response. parent is the
+// caller's context, ctx the per-request one derived from it: which of the
+// two ended tells the caller's cancellation from our timeout.
+func failure(parent, ctx context.Context, err error, prefix string) Result {
+	if perr := parent.Err(); perr != nil {
+		return Result{Outcome: Retryable, Reason: prefix + "cancelled", Err: fmt.Errorf("forward cancelled: %w", perr)}
+	}
+	reason := transportReason(err)
+	if ctx.Err() != nil {
+		reason = "timeout"
+	}
+	return Result{Outcome: Retryable, Reason: prefix + reason, Err: err}
+}
+
+// Probe GETs healthURL (absolute, or a path relative to Config.URL) through
+// the same pool and reports nil for a 2xx. It is meant for gating
+// consumption on the app being up: a native sidecar starts before its app.
+func (c *Client) Probe(ctx context.Context, healthURL string) error {
+	target, err := c.probeTarget(healthURL)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
+	if err != nil {
+		return fmt.Errorf("forward: probe: %w", redact(err))
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	if c.basicAuth != "" && target.User == nil {
+		req.Header.Set("Authorization", c.basicAuth)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("forward: probe: %w", redact(err))
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, c.maxResp+1)
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("forward: probe %s: status %d", redactURL(target), resp.StatusCode)
+	}
+	return nil
+}
+
+func (c *Client) probeTarget(healthURL string) (*url.URL, error) {
+	if healthURL == "" {
+		return nil, errors.New("forward: probe: empty health URL")
+	}
+	raw := healthURL
+	if raw[0] == '/' {
+		raw = c.base + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("forward: probe: %w", redact(err))
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("forward: probe: health URL must be a path or an http(s) URL with a host")
+	}
+	return u, nil
+}
+
+// Close closes idle connections. In-flight requests are not interrupted;
+// cancel their contexts for that.
+func (c *Client) Close() { c.transport.CloseIdleConnections() }
+
+// redact replaces the URL in a *url.Error by its scheme, host and path:
+// userinfo and query may carry secrets, and errors end up in logs and
+// dead-letter headers.
+func redact(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	safe := "<redacted>"
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		safe = redactURL(u)
+	}
+	return &url.Error{Op: ue.Op, URL: safe, Err: ue.Err}
+}
+
+func redactURL(u *url.URL) string {
+	return u.Scheme + "://" + u.Host + u.EscapedPath()
+}
+
+// A pooled buffer per 2xx answer: most answers are empty or tiny, but a
+// worker may see a few KiB of JSON on every message.
+var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuffer() *bytes.Buffer { return buffers.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() > 1<<20 {
+		return // one huge answer must not pin memory in the pool
+	}
+	b.Reset()
+	buffers.Put(b)
+}
