@@ -1,0 +1,119 @@
+// Package broker defines what dedupe-proxy needs from a message source: a
+// stream of deliveries, each settled exactly once. Implementations live in
+// sub-packages (rabbitmq, kafka); the pipeline depends only on this package.
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Message is the broker-neutral view of one delivery. Body is the payload
+// as received; nobody may modify it (it reaches the app byte for byte).
+type Message struct {
+	Body        []byte
+	ContentType string
+	// Headers are the message's own headers, stringified (AMQP table values,
+	// Kafka record headers).
+	Headers map[string]string
+	// MessageID is the AMQP message_id property ("" elsewhere).
+	MessageID string
+	// RecordKey is the Kafka record key (nil elsewhere).
+	RecordKey []byte
+
+	// Source is the configured source name; Kind is "rabbitmq" or "kafka".
+	Source string
+	Kind   string
+	// Origin: where the message came from, for the app and for dead letters.
+	Queue       string
+	Topic       string
+	Partition   int
+	Offset      int64
+	Redelivered bool
+	Received    time.Time
+}
+
+// DeadLetterInfo says why a message is being dead-lettered; it travels with
+// the message in headers so an operator can decide on a redrive.
+type DeadLetterInfo struct {
+	Reason     string // short cause: "status 400", "max attempts", "no key", "body too large"
+	LastStatus int    // last HTTP status from the app, 0 if none
+	LastError  string // last transport error, "" if none
+	Attempts   int
+}
+
+// Delivery is one message handed to the pipeline by a Source.
+//
+// Exactly one of Ack, Requeue or DeadLetter must be called, once; after that
+// the Delivery must not be used. Ack is called only after the message was
+// processed (the app succeeded and the key was committed) or was found to be
+// a duplicate. Requeue gives the message back for a later redelivery: it is
+// what happens on shutdown, on a busy key and when retries run out with no
+// dead letter configured. DeadLetter moves the message to the configured
+// dead-letter destination and then settles it; if that fails the error is
+// returned and the message is requeued instead, never dropped.
+//
+// Settling can fail when the broker connection was lost meanwhile; the
+// broker then redelivers the message by itself, which is safe because the
+// seen-set recognises the key.
+type Delivery interface {
+	Message() *Message
+	Ack(ctx context.Context) error
+	Requeue(ctx context.Context) error
+	DeadLetter(ctx context.Context, info DeadLetterInfo) error
+	// Lost is closed when the delivery can no longer be settled by this
+	// process (the channel closed, the partition was revoked): the broker
+	// will redeliver it, so retrying it here is wasted work.
+	Lost() <-chan struct{}
+}
+
+// Handler processes one delivery and settles it before returning. A Source
+// calls Handler from as many goroutines as its concurrency allows, and in
+// order for deliveries whose order it must keep (a Kafka partition).
+type Handler func(Delivery)
+
+// Source consumes from one broker destination.
+type Source interface {
+	// Name is the configured source name.
+	Name() string
+	// Run consumes and calls h for each delivery until ctx is cancelled,
+	// reconnecting with backoff on its own when the broker goes away; it
+	// returns a non-nil error only for a problem retrying cannot fix (bad
+	// credentials, missing queue are retried too: an operator may be
+	// fixing them). When ctx is cancelled Run stops fetching, requeues
+	// deliveries fetched but not yet handed out, waits for running
+	// handlers to return, closes its connections and returns nil.
+	Run(ctx context.Context, h Handler) error
+	// Requeues reports whether Requeue hands the message back to the broker
+	// for another consumer (RabbitMQ). When false (Kafka, where a partition
+	// is ordered), the pipeline keeps retrying the message itself and
+	// Requeue only means "do not commit past it".
+	Requeues() bool
+	// Ready reports nil when the source is connected and consuming.
+	Ready() error
+	// Close releases anything Run left behind; safe to call twice.
+	Close() error
+}
+
+// ErrNotConnected is returned by Ready while a Source is (re)connecting.
+var ErrNotConnected = errors.New("broker: not connected")
+
+// ErrNoDeadLetter is returned by DeadLetter when the source has no
+// dead-letter destination configured; nothing was settled, and the caller
+// requeues (RabbitMQ) or keeps retrying (Kafka) instead.
+var ErrNoDeadLetter = errors.New("broker: no dead-letter destination configured")
+
+// Dead-letter headers added to every message a source dead-letters itself.
+const (
+	HeaderReason         = "x-dedupe-reason"
+	HeaderLastStatus     = "x-dedupe-last-status"
+	HeaderLastError      = "x-dedupe-last-error"
+	HeaderAttempts       = "x-dedupe-attempts"
+	HeaderSource         = "x-dedupe-source"
+	HeaderOriginalQueue  = "x-dedupe-original-queue"
+	HeaderOriginalTopic  = "x-dedupe-original-topic"
+	HeaderOriginalPart   = "x-dedupe-original-partition"
+	HeaderOriginalOffset = "x-dedupe-original-offset"
+	HeaderDeadLetteredAt = "x-dedupe-dead-lettered-at"
+)

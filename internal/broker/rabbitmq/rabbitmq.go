@@ -1,0 +1,425 @@
+// Package rabbitmq is the AMQP 0-9-1 source: manual acks, prefetch, a fixed
+// pool of workers, and a reconnect loop — amqp091-go does not reconnect by
+// itself, and a dropped connection silently ends its delivery channel.
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+)
+
+// Dead-letter modes.
+const (
+	DeadLetterNone    = "none"
+	DeadLetterDLX     = "dlx"
+	DeadLetterPublish = "publish"
+)
+
+// Options configure a Source.
+type Options struct {
+	Name             string
+	URL              string
+	Queue            string
+	Prefetch         int
+	Workers          int
+	ConsumerTag      string
+	ReconnectInitial time.Duration
+	ReconnectMax     time.Duration
+	// DeadLetterMode is none, dlx or publish; publish sends to
+	// DeadLetterExchange with DeadLetterRoutingKey.
+	DeadLetterMode       string
+	DeadLetterExchange   string
+	DeadLetterRoutingKey string
+	Logger               *slog.Logger
+	// OnConnect is called after every successful (re)connect; for metrics.
+	OnConnect func(reconnect bool)
+}
+
+// Source consumes one queue.
+type Source struct {
+	o         Options
+	log       *slog.Logger
+	connected atomic.Bool
+	mu        sync.Mutex
+	conn      *amqp.Connection
+}
+
+var _ broker.Source = (*Source)(nil)
+
+// New returns a Source; it connects when Run is called.
+func New(o Options) *Source {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Workers < 1 {
+		o.Workers = 1
+	}
+	if o.ReconnectInitial <= 0 {
+		o.ReconnectInitial = 500 * time.Millisecond
+	}
+	if o.ReconnectMax < o.ReconnectInitial {
+		o.ReconnectMax = o.ReconnectInitial
+	}
+	if o.DeadLetterMode == "" {
+		o.DeadLetterMode = DeadLetterNone
+	}
+	if o.ConsumerTag == "" {
+		host, _ := os.Hostname()
+		o.ConsumerTag = fmt.Sprintf("dedupe-proxy/%s/%s/%d/%s", o.Name, host, os.Getpid(), randHex(4))
+	}
+	return &Source{o: o, log: o.Logger.With("source", o.Name, "queue", o.Queue)}
+}
+
+// Name implements broker.Source.
+func (s *Source) Name() string { return s.o.Name }
+
+// Requeues implements broker.Source: a nacked message goes back to the
+// queue, possibly to another replica.
+func (s *Source) Requeues() bool { return true }
+
+// Ready implements broker.Source.
+func (s *Source) Ready() error {
+	if !s.connected.Load() {
+		return broker.ErrNotConnected
+	}
+	return nil
+}
+
+// Close implements broker.Source.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		err := s.conn.Close()
+		s.conn = nil
+		if errors.Is(err, amqp.ErrClosed) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// Run implements broker.Source.
+func (s *Source) Run(ctx context.Context, h broker.Handler) error {
+	delay := s.o.ReconnectInitial
+	first := true
+	for {
+		connected, err := s.session(ctx, h, !first)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if connected {
+			first = false
+			delay = s.o.ReconnectInitial
+		}
+		s.log.Warn("rabbitmq connection lost, reconnecting", "reason", errText(err), "retry_in", delay.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = time.Duration(math.Min(float64(delay*2), float64(s.o.ReconnectMax)))
+	}
+}
+
+// session is one connection's lifetime: it returns when the connection or
+// channel dies (error) or ctx is cancelled (nil), and only after every
+// worker has returned, so no handler outlives its channel unnoticed.
+func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) (connected bool, err error) {
+	conn, err := amqp.DialConfig(s.o.URL, amqp.Config{
+		Heartbeat: 10 * time.Second,
+		Locale:    "en_US",
+		Properties: amqp.Table{
+			"connection_name": "dedupe-proxy/" + s.o.Name,
+			"product":         "dedupe-proxy",
+		},
+	})
+	if err != nil {
+		return false, fmt.Errorf("dial: %w", redactErr(err, s.o.URL))
+	}
+	s.mu.Lock()
+	s.conn = conn
+	s.mu.Unlock()
+	defer func() {
+		s.connected.Store(false)
+		_ = conn.Close()
+		s.mu.Lock()
+		s.conn = nil
+		s.mu.Unlock()
+	}()
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
+
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("open channel: %w", err)
+	}
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Qos(s.o.Prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("set prefetch: %w", err)
+	}
+	var pub *publisher
+	if s.o.DeadLetterMode == DeadLetterPublish {
+		if pub, err = newPublisher(conn); err != nil {
+			return false, fmt.Errorf("open dead-letter channel: %w", err)
+		}
+	}
+	deliveries, err := ch.Consume(s.o.Queue, s.o.ConsumerTag, false, false, false, false, nil)
+	if err != nil {
+		return false, fmt.Errorf("consume queue %q: %w", s.o.Queue, err)
+	}
+	s.connected.Store(true)
+	if s.o.OnConnect != nil {
+		s.o.OnConnect(reconnect)
+	}
+	s.log.Info("rabbitmq consuming", "prefetch", s.o.Prefetch, "workers", s.o.Workers, "reconnect", reconnect)
+
+	lost := make(chan struct{})
+	var stopping atomic.Bool
+	var wg sync.WaitGroup
+	for range s.o.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range deliveries {
+				if stopping.Load() {
+					// Prefetched but never started: give it straight back.
+					_ = d.Nack(false, true)
+					continue
+				}
+				h(s.wrap(d, lost, pub))
+			}
+		}()
+	}
+	workersDone := make(chan struct{})
+	go func() { wg.Wait(); close(workersDone) }()
+
+	var cause error
+	select {
+	case <-ctx.Done():
+		stopping.Store(true)
+		// Cancel stops the server sending and closes deliveries, which
+		// ends the workers once their current handler returns.
+		if err := ch.Cancel(s.o.ConsumerTag, false); err != nil {
+			s.log.Warn("rabbitmq cancel consumer", "err", err)
+		}
+		<-workersDone
+		return true, nil
+	case e := <-connClosed:
+		cause = fmt.Errorf("connection closed: %v", e)
+	case e := <-chClosed:
+		cause = fmt.Errorf("channel closed: %v", e)
+	case <-workersDone:
+		cause = errors.New("consumer cancelled by the server (queue deleted?)")
+	}
+	s.connected.Store(false)
+	close(lost)
+	_ = conn.Close()
+	<-workersDone
+	return true, cause
+}
+
+func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *publisher) *delivery {
+	ct := d.ContentType
+	return &delivery{
+		d:    d,
+		src:  s,
+		pub:  pub,
+		lost: lost,
+		msg: broker.Message{
+			Body:        d.Body,
+			ContentType: ct,
+			Headers:     stringHeaders(d.Headers),
+			MessageID:   d.MessageId,
+			Source:      s.o.Name,
+			Kind:        "rabbitmq",
+			Queue:       s.o.Queue,
+			Redelivered: d.Redelivered,
+			Received:    time.Now(),
+		},
+	}
+}
+
+type delivery struct {
+	d    amqp.Delivery
+	msg  broker.Message
+	src  *Source
+	pub  *publisher
+	lost chan struct{}
+}
+
+func (d *delivery) Message() *broker.Message { return &d.msg }
+func (d *delivery) Lost() <-chan struct{}    { return d.lost }
+
+// Ack goes through the delivery's own channel: a tag acked on another
+// channel is unknown there, and RabbitMQ closes that channel (406).
+func (d *delivery) Ack(context.Context) error { return d.d.Ack(false) }
+
+func (d *delivery) Requeue(context.Context) error { return d.d.Nack(false, true) }
+
+func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
+	switch d.src.o.DeadLetterMode {
+	case DeadLetterDLX:
+		return d.d.Nack(false, false)
+	case DeadLetterPublish:
+		if err := d.pub.publish(ctx, d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, d.deadLetterMessage(info)); err != nil {
+			return fmt.Errorf("publish dead letter to exchange %q routing key %q: %w", d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, err)
+		}
+		return d.d.Ack(false)
+	}
+	return broker.ErrNoDeadLetter
+}
+
+func (d *delivery) deadLetterMessage(info broker.DeadLetterInfo) amqp.Publishing {
+	h := amqp.Table{}
+	for k, v := range d.d.Headers {
+		h[k] = v
+	}
+	h[broker.HeaderReason] = info.Reason
+	h[broker.HeaderLastStatus] = int32(info.LastStatus)
+	h[broker.HeaderLastError] = info.LastError
+	h[broker.HeaderAttempts] = int32(info.Attempts)
+	h[broker.HeaderSource] = d.src.o.Name
+	h[broker.HeaderOriginalQueue] = d.src.o.Queue
+	h[broker.HeaderDeadLetteredAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	return amqp.Publishing{
+		Headers:         h,
+		ContentType:     d.d.ContentType,
+		ContentEncoding: d.d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        d.d.Priority,
+		CorrelationId:   d.d.CorrelationId,
+		MessageId:       d.d.MessageId,
+		Timestamp:       d.d.Timestamp,
+		Type:            d.d.Type,
+		AppId:           d.d.AppId,
+		Body:            d.d.Body,
+	}
+}
+
+// publisher publishes dead letters with confirms and mandatory routing: a
+// dead letter the broker confirms but could not route would be a silent
+// loss, so a basic.return turns into an error and the message is requeued.
+type publisher struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	mu      sync.Mutex
+	bounced map[string]bool
+}
+
+func newPublisher(conn *amqp.Connection) (*publisher, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, err
+	}
+	return &publisher{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 64)), bounced: map[string]bool{}}, nil
+}
+
+const publishIDHeader = "x-dedupe-publish-id"
+
+func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	id := randHex(8)
+	msg.Headers[publishIDHeader] = id
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	if err != nil {
+		return err
+	}
+	ok, err := dc.WaitContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("broker nacked the publish")
+	}
+	// The server sends basic.return before the ack of a mandatory message,
+	// and amqp091-go queues it on p.returns before it processes the ack, so
+	// draining now sees any return for id.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+drain:
+	for {
+		select {
+		case r := <-p.returns:
+			if rid, _ := r.Headers[publishIDHeader].(string); rid != "" {
+				p.bounced[rid] = true
+			}
+		default:
+			break drain
+		}
+	}
+	if p.bounced[id] {
+		delete(p.bounced, id)
+		return errors.New("unroutable: no queue is bound for it")
+	}
+	return nil
+}
+
+func stringHeaders(t amqp.Table) map[string]string {
+	if len(t) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(t))
+	for k, v := range t {
+		switch v := v.(type) {
+		case string:
+			m[k] = v
+		case []byte:
+			m[k] = string(v)
+		case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
+			m[k] = fmt.Sprint(v)
+		case float32:
+			m[k] = strconv.FormatFloat(float64(v), 'g', -1, 32)
+		case float64:
+			m[k] = strconv.FormatFloat(v, 'g', -1, 64)
+		case bool:
+			m[k] = strconv.FormatBool(v)
+		case time.Time:
+			m[k] = v.UTC().Format(time.RFC3339)
+		case nil:
+		default:
+			// Tables and arrays (x-death) are structure, not header values.
+		}
+	}
+	return m
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// redactErr keeps the password of an amqp URL out of logs.
+func redactErr(err error, rawURL string) error {
+	if u, perr := amqp.ParseURI(rawURL); perr == nil && u.Password != "" {
+		return errors.New(strings.ReplaceAll(err.Error(), u.Password, "xxxxx"))
+	}
+	return err
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,232 @@
+// Package config loads dedupe-proxy's one YAML file. Every field has a
+// default, every field can be overridden by an environment variable named
+// after its path (DEDUPE_PROXY_APP_TIMEOUT, DEDUPE_PROXY_SOURCES_0_RABBITMQ_URL),
+// unknown keys are errors, and Validate reports every problem at once, each
+// with its field path, so an operator fixes a file in one round.
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is the whole file.
+type Config struct {
+	// Consumer names this consumer; every stored key is "<consumer>:<key>"
+	// so several consumers can share one Redis without seeing each other's
+	// keys.
+	Consumer        string        `mapstructure:"consumer"`
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	Log             Log           `mapstructure:"log"`
+	Admin           Admin         `mapstructure:"admin"`
+	App             App           `mapstructure:"app"`
+	SeenSet         SeenSet       `mapstructure:"seenset"`
+	Delivery        Delivery      `mapstructure:"delivery"`
+	Sources         []Source      `mapstructure:"-"`
+}
+
+// Log configures slog.
+type Log struct {
+	Level  string `mapstructure:"level"`
+	Format string `mapstructure:"format"`
+	// Bodies: log message bodies in failure lines. Off by default: bodies
+	// carry payment data.
+	Bodies bool `mapstructure:"bodies"`
+}
+
+// Admin is the health, metrics and key-inspection listener.
+type Admin struct {
+	Listen    string `mapstructure:"listen"`
+	Token     string `mapstructure:"token"`
+	TokenFile string `mapstructure:"token_file"`
+	Pprof     bool   `mapstructure:"pprof"`
+}
+
+// App is the unchanged consumer the proxy forwards to.
+type App struct {
+	URL              string        `mapstructure:"url"`
+	Socket           string        `mapstructure:"socket"`
+	Timeout          time.Duration `mapstructure:"timeout"`
+	MaxConns         int           `mapstructure:"max_conns"`
+	MaxResponseBytes ByteSize      `mapstructure:"max_response_bytes"`
+	RetryStatuses    []string      `mapstructure:"retry_statuses"`
+	HeaderAllowlist  []string      `mapstructure:"header_allowlist"`
+	HealthURL        string        `mapstructure:"health_url"`
+	HealthInterval   time.Duration `mapstructure:"health_interval"`
+}
+
+// SeenSet is the shared store of processed keys.
+type SeenSet struct {
+	Backend      string        `mapstructure:"backend"`
+	TTL          time.Duration `mapstructure:"ttl"`
+	Lease        time.Duration `mapstructure:"lease"`
+	OnStoreError string        `mapstructure:"on_store_error"`
+	Redis        Redis         `mapstructure:"redis"`
+}
+
+// Redis addresses one server, a Sentinel set (MasterName) or a Cluster
+// (several Addrs), as go-redis' UniversalClient decides.
+type Redis struct {
+	Addrs        []string      `mapstructure:"addrs"`
+	MasterName   string        `mapstructure:"master_name"`
+	Username     string        `mapstructure:"username"`
+	Password     string        `mapstructure:"password"`
+	DB           int           `mapstructure:"db"`
+	TLS          bool          `mapstructure:"tls"`
+	Prefix       string        `mapstructure:"prefix"`
+	DialTimeout  time.Duration `mapstructure:"dial_timeout"`
+	ReadTimeout  time.Duration `mapstructure:"read_timeout"`
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
+	PoolSize     int           `mapstructure:"pool_size"`
+}
+
+// Delivery is the retry policy shared by all sources.
+type Delivery struct {
+	MaxAttempts    int           `mapstructure:"max_attempts"`
+	BackoffInitial time.Duration `mapstructure:"backoff_initial"`
+	BackoffMax     time.Duration `mapstructure:"backoff_max"`
+	Jitter         float64       `mapstructure:"jitter"`
+	BusyDelay      time.Duration `mapstructure:"busy_delay"`
+	CommitAttempts int           `mapstructure:"commit_attempts"`
+	MaxBodyBytes   ByteSize      `mapstructure:"max_body_bytes"`
+}
+
+// Source is one queue or topic set with its key rules and app path.
+type Source struct {
+	Name         string   `mapstructure:"name"`
+	Type         string   `mapstructure:"type"`
+	Path         string   `mapstructure:"path"`
+	Key          []string `mapstructure:"key"`
+	OnMissingKey string   `mapstructure:"on_missing_key"`
+	RabbitMQ     RabbitMQ `mapstructure:"rabbitmq"`
+	Kafka        Kafka    `mapstructure:"kafka"`
+}
+
+// RabbitMQ is an AMQP 0-9-1 queue consumer.
+type RabbitMQ struct {
+	URL              string           `mapstructure:"url"`
+	Queue            string           `mapstructure:"queue"`
+	Prefetch         int              `mapstructure:"prefetch"`
+	Workers          int              `mapstructure:"workers"`
+	ConsumerTag      string           `mapstructure:"consumer_tag"`
+	ReconnectInitial time.Duration    `mapstructure:"reconnect_initial"`
+	ReconnectMax     time.Duration    `mapstructure:"reconnect_max"`
+	DeadLetter       RabbitDeadLetter `mapstructure:"dead_letter"`
+}
+
+// RabbitDeadLetter: "none" requeues failed messages, "dlx" rejects them to
+// the queue's own dead-letter exchange, "publish" publishes them with
+// reason headers to Exchange (publisher confirms) before acking.
+type RabbitDeadLetter struct {
+	Mode       string `mapstructure:"mode"`
+	Exchange   string `mapstructure:"exchange"`
+	RoutingKey string `mapstructure:"routing_key"`
+}
+
+// Kafka is a consumer-group member.
+type Kafka struct {
+	Brokers           []string      `mapstructure:"brokers"`
+	Topics            []string      `mapstructure:"topics"`
+	Group             string        `mapstructure:"group"`
+	StartOffset       string        `mapstructure:"start_offset"`
+	Ordering          string        `mapstructure:"ordering"`
+	MaxInFlight       int           `mapstructure:"max_in_flight"`
+	CommitInterval    time.Duration `mapstructure:"commit_interval"`
+	CommitEvery       int           `mapstructure:"commit_every"`
+	SessionTimeout    time.Duration `mapstructure:"session_timeout"`
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval"`
+	RebalanceTimeout  time.Duration `mapstructure:"rebalance_timeout"`
+	DeadLetterTopic   string        `mapstructure:"dead_letter_topic"`
+	SASL              KafkaSASL     `mapstructure:"sasl"`
+	TLS               KafkaTLS      `mapstructure:"tls"`
+}
+
+// KafkaSASL: Mechanism "" (off), "plain", "scram-sha-256" or "scram-sha-512".
+type KafkaSASL struct {
+	Mechanism string `mapstructure:"mechanism"`
+	Username  string `mapstructure:"username"`
+	Password  string `mapstructure:"password"`
+}
+
+// KafkaTLS enables TLS to the brokers.
+type KafkaTLS struct {
+	Enabled            bool   `mapstructure:"enabled"`
+	CAFile             string `mapstructure:"ca_file"`
+	CertFile           string `mapstructure:"cert_file"`
+	KeyFile            string `mapstructure:"key_file"`
+	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify"`
+}
+
+// Default is the configuration with every default filled in; Load starts
+// from it.
+func Default() Config {
+	return Config{
+		Consumer:        "",
+		ShutdownTimeout: 30 * time.Second,
+		Log:             Log{Level: "info", Format: "json"},
+		Admin:           Admin{Listen: "127.0.0.1:9090"},
+		App: App{
+			URL:              "http://127.0.0.1:8080",
+			Timeout:          10 * time.Second,
+			MaxConns:         64,
+			MaxResponseBytes: 64 << 10,
+			RetryStatuses:    []string{"5xx", "408", "429"},
+			HeaderAllowlist:  []string{},
+			HealthInterval:   2 * time.Second,
+		},
+		SeenSet: SeenSet{
+			Backend:      "redis",
+			TTL:          24 * time.Hour,
+			Lease:        30 * time.Second,
+			OnStoreError: "fail_closed",
+			Redis: Redis{
+				Addrs:        []string{"127.0.0.1:6379"},
+				Prefix:       "dedupe:",
+				DialTimeout:  2 * time.Second,
+				ReadTimeout:  2 * time.Second,
+				WriteTimeout: 2 * time.Second,
+				PoolSize:     64,
+			},
+		},
+		Delivery: Delivery{
+			MaxAttempts:    5,
+			BackoffInitial: 200 * time.Millisecond,
+			BackoffMax:     30 * time.Second,
+			Jitter:         0.2,
+			BusyDelay:      time.Second,
+			CommitAttempts: 5,
+			MaxBodyBytes:   1 << 20,
+		},
+	}
+}
+
+// DefaultSource is what every entry of sources starts from.
+func DefaultSource() Source {
+	return Source{
+		Type:         "rabbitmq",
+		Path:         "/",
+		Key:          []string{"json:meta.id"},
+		OnMissingKey: "forward",
+		RabbitMQ: RabbitMQ{
+			URL:              "amqp://guest:guest@127.0.0.1:5672/",
+			Prefetch:         64,
+			Workers:          16,
+			ReconnectInitial: 500 * time.Millisecond,
+			ReconnectMax:     30 * time.Second,
+			DeadLetter:       RabbitDeadLetter{Mode: "none"},
+		},
+		Kafka: Kafka{
+			Brokers:           []string{"127.0.0.1:9092"},
+			StartOffset:       "earliest",
+			Ordering:          "partition",
+			MaxInFlight:       64,
+			CommitInterval:    time.Second,
+			CommitEvery:       500,
+			SessionTimeout:    10 * time.Second,
+			HeartbeatInterval: time.Second,
+			RebalanceTimeout:  30 * time.Second,
+		},
+	}
+}
+
+func (s Source) String() string { return fmt.Sprintf("%s (%s)", s.Name, s.Type) }

@@ -1,0 +1,318 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+)
+
+// EnvPrefix starts every override variable.
+const EnvPrefix = "DEDUPE_PROXY_"
+
+// EnvConfigFile names the config file when --config is not given.
+const EnvConfigFile = EnvPrefix + "CONFIG"
+
+// Load reads path, applies environment overrides from environ (os.Environ()
+// when nil) and validates. The returned error lists every problem, one per
+// line, each starting with its field path.
+func Load(path string, environ []string) (*Config, error) {
+	if environ == nil {
+		environ = os.Environ()
+	}
+	env := envMap(environ)
+
+	// Our own viper instance: the global one would leak settings between
+	// the tests that load many files in one process.
+	v := viper.New()
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+
+	cfg := Default()
+	var errs []error
+	used := map[string]bool{EnvConfigFile: true}
+
+	// viper's AutomaticEnv only feeds Unmarshal for keys it already knows
+	// (spf13/viper#188), so bind every leaf path explicitly.
+	for _, p := range leafPaths(reflect.TypeOf(Config{}), "") {
+		name := envName(p)
+		if _, ok := env[name]; ok {
+			used[name] = true
+			if err := v.BindEnv(p, name); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	settings := v.AllSettings()
+	rawSources := settings["sources"]
+	delete(settings, "sources")
+	errs = append(errs, unknownKeys(settings, reflect.TypeOf(Config{}), "", "sources")...)
+	errs = append(errs, decode(settings, &cfg, "")...)
+
+	list, ok := rawSources.([]any)
+	if rawSources != nil && !ok {
+		errs = append(errs, errors.New("sources: must be a list"))
+	}
+	for i, raw := range list {
+		prefix := fmt.Sprintf("sources[%d]", i)
+		m, ok := raw.(map[string]any)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: must be a mapping", prefix))
+			continue
+		}
+		for _, p := range leafPaths(reflect.TypeOf(Source{}), "") {
+			name := envName(fmt.Sprintf("sources.%d.%s", i, p))
+			if val, ok := env[name]; ok {
+				used[name] = true
+				setPath(m, strings.Split(p, "."), val)
+			}
+		}
+		src := DefaultSource()
+		errs = append(errs, unknownKeys(m, reflect.TypeOf(Source{}), prefix)...)
+		errs = append(errs, decode(m, &src, prefix)...)
+		for _, other := range []string{"rabbitmq", "kafka"} {
+			if _, set := m[other]; set && src.Type != other {
+				errs = append(errs, fmt.Errorf("%s.%s: set, but the source's type is %q", prefix, other, src.Type))
+			}
+		}
+		cfg.Sources = append(cfg.Sources, src)
+	}
+
+	var unknown []string
+	for name := range env {
+		if strings.HasPrefix(name, EnvPrefix) && !used[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(unknown)
+	for _, name := range unknown {
+		errs = append(errs, fmt.Errorf("%s: environment variable matches no setting", name))
+	}
+
+	// Validate even when decoding failed: a field that did not decode kept
+	// its valid default, so every remaining problem is real, and the
+	// operator sees all of them in one round.
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, unjoin(err)...)
+	}
+	if len(errs) > 0 {
+		return nil, joinLines(errs)
+	}
+	return &cfg, nil
+}
+
+func decode(input map[string]any, out any, prefix string) []error {
+	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result: out,
+		// Unknown keys are found by unknownKeys: mapstructure skips its
+		// unused-key check for a struct in which a field failed.
+		ErrorUnused:      false,
+		WeaklyTypedInput: true,
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			byteSizeHook,
+			mapstructure.StringToTimeDurationHookFunc(),
+			mapstructure.StringToSliceHookFunc(","),
+		),
+	})
+	if err != nil {
+		return []error{err}
+	}
+	if err := d.Decode(input); err != nil {
+		return flatten(err, prefix)
+	}
+	return nil
+}
+
+// flatten turns mapstructure's nested, quoted errors into one
+// "path: problem" line each, with unknown keys listed one by one.
+func flatten(err error, prefix string) []error {
+	var out []error
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, c := range j.Unwrap() {
+				walk(c)
+			}
+			return
+		}
+		var de *mapstructure.DecodeError
+		if errors.As(e, &de) {
+			path := joinPath(prefix, de.Name())
+			msg := de.Unwrap().Error()
+			if keys, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
+				for _, k := range strings.Split(keys, ", ") {
+					out = append(out, fmt.Errorf("%s: unknown field", joinPath(path, k)))
+				}
+				return
+			}
+			var pe *mapstructure.ParseError
+			if errors.As(de.Unwrap(), &pe) {
+				msg = fmt.Sprintf("cannot read %q as %s", fmt.Sprint(pe.Value), pe.Expected.Type())
+			}
+			out = append(out, fmt.Errorf("%s: %s", path, msg))
+			return
+		}
+		out = append(out, fmt.Errorf("%s: %w", orRoot(prefix), e))
+	}
+	walk(err)
+	return out
+}
+
+func joinPath(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "." + b
+}
+
+func orRoot(p string) string {
+	if p == "" {
+		return "(root)"
+	}
+	return p
+}
+
+// unknownKeys reports keys of m that match no field of t, recursively.
+func unknownKeys(m map[string]any, t reflect.Type, prefix string, skip ...string) []error {
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		if tag := t.Field(i).Tag.Get("mapstructure"); tag != "" && tag != "-" {
+			fields[tag] = t.Field(i).Type
+		}
+	}
+	for _, k := range skip {
+		fields[k] = nil
+	}
+	var names []string
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var out []error
+	for _, k := range names {
+		ft, ok := fields[k]
+		if !ok {
+			out = append(out, fmt.Errorf("%s: unknown field", joinPath(prefix, k)))
+			continue
+		}
+		if sub, isMap := m[k].(map[string]any); isMap && ft != nil && ft.Kind() == reflect.Struct {
+			out = append(out, unknownKeys(sub, ft, joinPath(prefix, k))...)
+		}
+	}
+	return out
+}
+
+// leafPaths lists the dotted mapstructure paths of every non-struct field.
+func leafPaths(t reflect.Type, prefix string) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("mapstructure")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		p := joinPath(prefix, tag)
+		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+			out = append(out, leafPaths(f.Type, p)...)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func envName(path string) string {
+	return EnvPrefix + strings.ToUpper(strings.NewReplacer(".", "_").Replace(path))
+}
+
+func envMap(environ []string) map[string]string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func setPath(m map[string]any, path []string, val string) {
+	for _, seg := range path[:len(path)-1] {
+		next, ok := m[seg].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[seg] = next
+		}
+		m = next
+	}
+	m[path[len(path)-1]] = val
+}
+
+// lineErrors prints one problem per line, which errors.Join also does, but
+// keeps the list inspectable for tests.
+type lineErrors []error
+
+func (l lineErrors) Error() string {
+	s := make([]string, len(l))
+	for i, e := range l {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+func (l lineErrors) Unwrap() []error { return l }
+
+func joinLines(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return lineErrors(errs)
+}
+
+// ByteSize is a size in bytes that also reads "64KiB", "1MiB", "10MB".
+type ByteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+}
+
+// ParseByteSize reads a plain byte count or a number with a unit.
+func ParseByteSize(s string) (ByteSize, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("invalid size %q (use bytes or a unit: 64KiB, 1MiB)", s)
+	}
+	return ByteSize(n * mult), nil
+}
+
+func byteSizeHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(ByteSize(0)) || from.Kind() != reflect.String {
+		return data, nil
+	}
+	return ParseByteSize(data.(string))
+}

@@ -1,0 +1,226 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
+)
+
+// A consumer name becomes the key namespace "<consumer>:<key>"; a colon in
+// it would let two consumers' namespaces overlap.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+type problems []error
+
+func (p *problems) add(path, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+func (p *problems) positive(path string, d time.Duration) {
+	if d <= 0 {
+		p.add(path, "must be a positive duration, got %s", d)
+	}
+}
+
+func (p *problems) atLeast(path string, n, min int) {
+	if n < min {
+		p.add(path, "must be at least %d, got %d", min, n)
+	}
+}
+
+func (p *problems) oneOf(path, v string, allowed ...string) {
+	for _, a := range allowed {
+		if v == a {
+			return
+		}
+	}
+	p.add(path, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
+}
+
+// Validate reports every invalid field, one line each, prefixed with its
+// path.
+func (c *Config) Validate() error {
+	var p problems
+	if !nameRE.MatchString(c.Consumer) {
+		p.add("consumer", "must be set to a name of letters, digits, '.', '_' or '-' (it namespaces the keys), got %q", c.Consumer)
+	}
+	p.positive("shutdown_timeout", c.ShutdownTimeout)
+	p.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	p.oneOf("log.format", c.Log.Format, "json", "text")
+	if c.Admin.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Admin.Listen); err != nil {
+			p.add("admin.listen", "must be host:port or empty to disable, got %q", c.Admin.Listen)
+		}
+	}
+	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
+		p.add("admin.token_file", "set either admin.token or admin.token_file, not both")
+	}
+
+	if u, err := url.Parse(c.App.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p.add("app.url", "must be an http:// or https:// URL, got %q", redact(c.App.URL))
+	}
+	p.positive("app.timeout", c.App.Timeout)
+	p.atLeast("app.max_conns", c.App.MaxConns, 1)
+	if c.App.MaxResponseBytes <= 0 {
+		p.add("app.max_response_bytes", "must be positive, got %d", c.App.MaxResponseBytes)
+	}
+	if _, err := forward.ParseStatusRules(c.App.RetryStatuses); err != nil {
+		p.add("app.retry_statuses", "%v", err)
+	}
+	if c.App.HealthURL != "" {
+		if u, err := url.Parse(c.App.HealthURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			p.add("app.health_url", "must be an http:// or https:// URL, got %q", redact(c.App.HealthURL))
+		}
+		p.positive("app.health_interval", c.App.HealthInterval)
+	}
+
+	s := c.SeenSet
+	p.oneOf("seenset.backend", s.Backend, "redis", "memory")
+	// A zero TTL reaches Redis as "no expiry" and pins keys forever.
+	p.positive("seenset.ttl", s.TTL)
+	p.positive("seenset.lease", s.Lease)
+	if s.Lease > 0 && s.Lease < 300*time.Millisecond {
+		p.add("seenset.lease", "must be at least 300ms so renewals (every lease/3) outpace expiry, got %s", s.Lease)
+	}
+	p.oneOf("seenset.on_store_error", s.OnStoreError, "fail_closed", "forward")
+	if s.Backend == "redis" {
+		if len(s.Redis.Addrs) == 0 {
+			p.add("seenset.redis.addrs", "must list at least one host:port")
+		}
+		for i, a := range s.Redis.Addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				p.add(fmt.Sprintf("seenset.redis.addrs[%d]", i), "must be host:port, got %q", a)
+			}
+		}
+		p.positive("seenset.redis.dial_timeout", s.Redis.DialTimeout)
+		p.positive("seenset.redis.read_timeout", s.Redis.ReadTimeout)
+		p.positive("seenset.redis.write_timeout", s.Redis.WriteTimeout)
+		p.atLeast("seenset.redis.pool_size", s.Redis.PoolSize, 1)
+		p.atLeast("seenset.redis.db", s.Redis.DB, 0)
+	}
+
+	d := c.Delivery
+	p.atLeast("delivery.max_attempts", d.MaxAttempts, 1)
+	p.positive("delivery.backoff_initial", d.BackoffInitial)
+	p.positive("delivery.backoff_max", d.BackoffMax)
+	if d.BackoffMax > 0 && d.BackoffMax < d.BackoffInitial {
+		p.add("delivery.backoff_max", "must not be below delivery.backoff_initial (%s), got %s", d.BackoffInitial, d.BackoffMax)
+	}
+	if d.Jitter < 0 || d.Jitter > 1 {
+		p.add("delivery.jitter", "must be between 0 and 1, got %g", d.Jitter)
+	}
+	p.positive("delivery.busy_delay", d.BusyDelay)
+	p.atLeast("delivery.commit_attempts", d.CommitAttempts, 1)
+	if d.MaxBodyBytes <= 0 {
+		p.add("delivery.max_body_bytes", "must be positive, got %d", d.MaxBodyBytes)
+	}
+
+	if len(c.Sources) == 0 {
+		p.add("sources", "must list at least one source")
+	}
+	names := map[string]int{}
+	for i, src := range c.Sources {
+		src.validate(fmt.Sprintf("sources[%d]", i), &p)
+		if j, dup := names[src.Name]; dup && src.Name != "" {
+			p.add(fmt.Sprintf("sources[%d].name", i), "%q is already used by sources[%d]", src.Name, j)
+		}
+		names[src.Name] = i
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return lineErrors(p)
+}
+
+func (s *Source) validate(at string, p *problems) {
+	if !nameRE.MatchString(s.Name) {
+		p.add(at+".name", "must be set to a name of letters, digits, '.', '_' or '-', got %q", s.Name)
+	}
+	p.oneOf(at+".type", s.Type, "rabbitmq", "kafka")
+	if !strings.HasPrefix(s.Path, "/") {
+		p.add(at+".path", "must start with '/', got %q", s.Path)
+	}
+	if _, err := keys.Parse(s.Key); err != nil {
+		for _, e := range unjoin(err) {
+			p.add(at+".key", "%v", e)
+		}
+	}
+	p.oneOf(at+".on_missing_key", s.OnMissingKey, "forward", "dead_letter")
+	switch s.Type {
+	case "rabbitmq":
+		r := s.RabbitMQ
+		at := at + ".rabbitmq"
+		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+			p.add(at+".url", "must be an amqp:// or amqps:// URL, got %q", redact(r.URL))
+		}
+		if r.Queue == "" {
+			p.add(at+".queue", "must be set")
+		}
+		p.atLeast(at+".prefetch", r.Prefetch, 1)
+		p.atLeast(at+".workers", r.Workers, 1)
+		p.positive(at+".reconnect_initial", r.ReconnectInitial)
+		p.positive(at+".reconnect_max", r.ReconnectMax)
+		p.oneOf(at+".dead_letter.mode", r.DeadLetter.Mode, "none", "dlx", "publish")
+		if r.DeadLetter.Mode == "publish" && r.DeadLetter.Exchange == "" && r.DeadLetter.RoutingKey == "" {
+			p.add(at+".dead_letter", "mode publish needs an exchange or a routing_key (the default exchange routes by queue name)")
+		}
+		if s.OnMissingKey == "dead_letter" && r.DeadLetter.Mode == "none" {
+			p.add(strings.TrimSuffix(at, ".rabbitmq")+".on_missing_key", "dead_letter needs %s.dead_letter.mode dlx or publish", at)
+		}
+	case "kafka":
+		k := s.Kafka
+		at := at + ".kafka"
+		if len(k.Brokers) == 0 {
+			p.add(at+".brokers", "must list at least one host:port")
+		}
+		if len(k.Topics) == 0 {
+			p.add(at+".topics", "must list at least one topic")
+		}
+		if k.Group == "" {
+			p.add(at+".group", "must be set")
+		}
+		p.oneOf(at+".start_offset", k.StartOffset, "earliest", "latest")
+		p.oneOf(at+".ordering", k.Ordering, "partition", "key")
+		p.atLeast(at+".max_in_flight", k.MaxInFlight, 1)
+		p.positive(at+".commit_interval", k.CommitInterval)
+		p.atLeast(at+".commit_every", k.CommitEvery, 1)
+		p.positive(at+".session_timeout", k.SessionTimeout)
+		p.positive(at+".heartbeat_interval", k.HeartbeatInterval)
+		p.positive(at+".rebalance_timeout", k.RebalanceTimeout)
+		if k.HeartbeatInterval > 0 && k.SessionTimeout > 0 && k.HeartbeatInterval*3 > k.SessionTimeout {
+			p.add(at+".heartbeat_interval", "must be at most a third of session_timeout (%s), got %s", k.SessionTimeout, k.HeartbeatInterval)
+		}
+		p.oneOf(at+".sasl.mechanism", k.SASL.Mechanism, "", "plain", "scram-sha-256", "scram-sha-512")
+		if k.SASL.Mechanism != "" && (k.SASL.Username == "" || k.SASL.Password == "") {
+			p.add(at+".sasl", "mechanism %s needs username and password", k.SASL.Mechanism)
+		}
+		if (k.TLS.CertFile == "") != (k.TLS.KeyFile == "") {
+			p.add(at+".tls", "cert_file and key_file must be set together")
+		}
+		if s.OnMissingKey == "dead_letter" && k.DeadLetterTopic == "" {
+			p.add(at+".dead_letter_topic", "must be set when on_missing_key is dead_letter")
+		}
+	}
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// redact hides credentials (amqp://user:pass@…) in error messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}

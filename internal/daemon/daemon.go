@@ -1,0 +1,286 @@
+// Package daemon is dedupe-proxy as a library: it builds the store, the
+// forwarder, the sources and the admin listener from a Config and runs
+// them until the context ends. main only parses flags and turns signals
+// into that context, so tests run the whole proxy in-process.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+// Version is set by the linker (-X) at build time.
+var Version = "dev"
+
+// Deps lets tests inject parts; zero fields are built from the Config.
+type Deps struct {
+	Logger   *slog.Logger
+	Store    seenset.Store
+	Registry *prometheus.Registry
+}
+
+// Daemon is one running proxy.
+type Daemon struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	store    seenset.Store
+	ownStore bool
+	fwd      *forward.Client
+	reg      *prometheus.Registry
+	metrics  *metrics.Metrics
+	pipe     *pipeline.Pipeline
+	sources  []source
+	admin    *http.Server
+	adminLn  net.Listener
+}
+
+type source struct {
+	src     broker.Source
+	handler broker.Handler
+}
+
+// New builds a Daemon; nothing connects until Run.
+func New(cfg *config.Config, deps Deps) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, log: deps.Logger, store: deps.Store, reg: deps.Registry}
+	if d.log == nil {
+		d.log = NewLogger(cfg.Log, nil)
+	}
+	if d.reg == nil {
+		d.reg = prometheus.NewRegistry()
+		d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	d.metrics = metrics.New(d.reg)
+	if d.store == nil {
+		st, err := NewStore(cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.store, d.ownStore = st, true
+	}
+	fwd, err := forward.New(forward.Config{
+		URL:              cfg.App.URL,
+		Socket:           cfg.App.Socket,
+		Timeout:          cfg.App.Timeout,
+		MaxConns:         cfg.App.MaxConns,
+		MaxResponseBytes: int64(cfg.App.MaxResponseBytes),
+		RetryStatuses:    cfg.App.RetryStatuses,
+		HeaderAllowlist:  cfg.App.HeaderAllowlist,
+		UserAgent:        "dedupe-proxy/" + Version,
+	})
+	if err != nil {
+		d.closeStore()
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	d.fwd = fwd
+	dl := cfg.Delivery
+	d.pipe = pipeline.New(pipeline.Options{
+		Consumer:             cfg.Consumer,
+		Store:                d.store,
+		Forwarder:            fwd,
+		Lease:                cfg.SeenSet.Lease,
+		TTL:                  cfg.SeenSet.TTL,
+		FailOpenOnStoreError: cfg.SeenSet.OnStoreError == "forward",
+		MaxAttempts:          dl.MaxAttempts,
+		BackoffInitial:       dl.BackoffInitial,
+		BackoffMax:           dl.BackoffMax,
+		Jitter:               dl.Jitter,
+		BusyDelay:            dl.BusyDelay,
+		CommitAttempts:       dl.CommitAttempts,
+		MaxBodyBytes:         int64(dl.MaxBodyBytes),
+		LogBodies:            cfg.Log.Bodies,
+		Logger:               d.log,
+		Metrics:              d.metrics,
+	})
+	for _, sc := range cfg.Sources {
+		src, err := d.newSource(sc)
+		if err != nil {
+			d.closeStore()
+			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
+		}
+		ex, err := keys.Parse(sc.Key)
+		if err != nil {
+			d.closeStore()
+			return nil, fmt.Errorf("source %s key: %w", sc.Name, err)
+		}
+		d.sources = append(d.sources, source{src: src, handler: d.pipe.Handler(pipeline.SourceOptions{
+			Name:                 sc.Name,
+			Kind:                 sc.Type,
+			Path:                 sc.Path,
+			Keys:                 ex,
+			DeadLetterMissingKey: sc.OnMissingKey == "dead_letter",
+			Requeues:             src.Requeues(),
+		})})
+	}
+	return d, nil
+}
+
+// newSource is a plain switch: two or three backends do not need a
+// registry.
+func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
+	switch sc.Type {
+	case "rabbitmq":
+		r := sc.RabbitMQ
+		connected := d.metrics.Connected.WithLabelValues(sc.Name)
+		reconnects := d.metrics.Reconnects.WithLabelValues(sc.Name)
+		return rabbitmq.New(rabbitmq.Options{
+			Name:                 sc.Name,
+			URL:                  r.URL,
+			Queue:                r.Queue,
+			Prefetch:             r.Prefetch,
+			Workers:              r.Workers,
+			ConsumerTag:          r.ConsumerTag,
+			ReconnectInitial:     r.ReconnectInitial,
+			ReconnectMax:         r.ReconnectMax,
+			DeadLetterMode:       r.DeadLetter.Mode,
+			DeadLetterExchange:   r.DeadLetter.Exchange,
+			DeadLetterRoutingKey: r.DeadLetter.RoutingKey,
+			Logger:               d.log,
+			OnConnect: func(reconnect bool) {
+				connected.Set(1)
+				if reconnect {
+					reconnects.Inc()
+				}
+			},
+		}), nil
+	}
+	return nil, fmt.Errorf("unknown source type %q", sc.Type)
+}
+
+// NewStore builds the configured seen-set backend.
+func NewStore(cfg *config.Config) (seenset.Store, error) {
+	switch cfg.SeenSet.Backend {
+	case "memory":
+		return seenset.NewMemory(), nil
+	case "redis":
+		r := cfg.SeenSet.Redis
+		o := seenset.RedisOptions{
+			Addrs:        r.Addrs,
+			MasterName:   r.MasterName,
+			Username:     r.Username,
+			Password:     r.Password,
+			DB:           r.DB,
+			Prefix:       r.Prefix,
+			DialTimeout:  r.DialTimeout,
+			ReadTimeout:  r.ReadTimeout,
+			WriteTimeout: r.WriteTimeout,
+			PoolSize:     r.PoolSize,
+		}
+		if r.TLS {
+			o.TLS = tlsConfig()
+		}
+		return seenset.NewRedis(o)
+	}
+	return nil, fmt.Errorf("unknown seen-set backend %q", cfg.SeenSet.Backend)
+}
+
+// Registry exposes the metrics registry (tests read it).
+func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
+
+// Store exposes the seen-set (tests and the admin API use it).
+func (d *Daemon) Store() seenset.Store { return d.store }
+
+// AdminAddr is the admin listener's address once Run started it.
+func (d *Daemon) AdminAddr() string {
+	if d.adminLn == nil {
+		return ""
+	}
+	return d.adminLn.Addr().String()
+}
+
+// Ready is nil when every source is connected and the store answers.
+func (d *Daemon) Ready(ctx context.Context) error {
+	var errs []error
+	for _, s := range d.sources {
+		if err := s.src.Ready(); err != nil {
+			errs = append(errs, fmt.Errorf("source %s: %w", s.src.Name(), err))
+		}
+	}
+	if err := d.store.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("seen-set: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs until ctx is cancelled, then shuts down in order: stop fetching
+// → let in-flight forwards finish (bounded by shutdown_timeout) → ack or
+// requeue them → close the brokers → close the store → close the admin
+// listener. It returns nil after a clean shutdown.
+func (d *Daemon) Run(ctx context.Context) error {
+	if err := d.startAdmin(); err != nil {
+		d.closeStore()
+		return err
+	}
+	d.log.Info("dedupe-proxy starting", "version", Version, "consumer", d.cfg.Consumer, "sources", len(d.sources),
+		"seenset", d.cfg.SeenSet.Backend, "app", d.cfg.App.URL)
+
+	var wg sync.WaitGroup
+	for _, s := range d.sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.src.Run(ctx, s.handler); err != nil {
+				d.log.Error("source stopped", "source", s.src.Name(), "err", err)
+			}
+		}()
+	}
+	sourcesDone := make(chan struct{})
+	go func() { wg.Wait(); close(sourcesDone) }()
+
+	<-ctx.Done()
+	start := time.Now()
+	d.log.Info("shutting down: no new messages; finishing in-flight ones", "timeout", d.cfg.ShutdownTimeout.String())
+	d.pipe.Drain()
+	timer := time.NewTimer(d.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-sourcesDone:
+	case <-timer.C:
+		d.log.Warn("shutdown timeout reached: releasing and requeuing forwards still in progress")
+		d.pipe.Abort()
+		<-sourcesDone
+	}
+	var errs []error
+	for _, s := range d.sources {
+		if err := s.src.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close source %s: %w", s.src.Name(), err))
+		}
+	}
+	d.fwd.Close()
+	if err := d.closeStore(); err != nil {
+		errs = append(errs, fmt.Errorf("close seen-set: %w", err))
+	}
+	if d.admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := d.admin.Shutdown(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("close admin listener: %w", err))
+		}
+		cancel()
+	}
+	d.log.Info("stopped", "took", time.Since(start).String())
+	return errors.Join(errs...)
+}
+
+func (d *Daemon) closeStore() error {
+	if d.ownStore && d.store != nil {
+		return d.store.Close()
+	}
+	return nil
+}

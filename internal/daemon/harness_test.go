@@ -1,0 +1,223 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
+)
+
+func redisAddr() string {
+	if a := os.Getenv("DEDUPE_TEST_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// harness is one test's world: its own queue, its own key prefix, a
+// recording app, and proxies started in-process from a real Config.
+type harness struct {
+	t      *testing.T
+	rabbit *testutil.Rabbit
+	queue  string
+	app    *testutil.App
+	cfg    config.Config
+}
+
+func newHarness(t *testing.T, mutate func(*config.Config)) *harness {
+	t.Helper()
+	h := &harness{t: t, rabbit: testutil.NewRabbit(t), app: testutil.NewApp(t)}
+	h.queue = h.rabbit.Queue("dptest.", nil)
+	cfg := config.Default()
+	cfg.Consumer = "test"
+	cfg.Admin.Listen = ""
+	cfg.ShutdownTimeout = 10 * time.Second
+	cfg.App.URL = h.app.URL
+	cfg.App.Timeout = 5 * time.Second
+	cfg.SeenSet.Lease = 3 * time.Second
+	cfg.SeenSet.Redis.Addrs = []string{redisAddr()}
+	cfg.SeenSet.Redis.Prefix = testutil.UniqueName("dptest:") + ":"
+	cfg.Delivery.BackoffInitial = 20 * time.Millisecond
+	cfg.Delivery.BackoffMax = 200 * time.Millisecond
+	cfg.Delivery.BusyDelay = 100 * time.Millisecond
+	src := config.DefaultSource()
+	src.Name = "orders"
+	src.RabbitMQ.Queue = h.queue
+	src.RabbitMQ.ReconnectInitial = 50 * time.Millisecond
+	src.RabbitMQ.ReconnectMax = 500 * time.Millisecond
+	src.RabbitMQ.Workers = 8
+	src.RabbitMQ.Prefetch = 16
+	cfg.Sources = []config.Source{src}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("test config invalid: %v", err)
+	}
+	h.cfg = cfg
+	t.Cleanup(func() { h.cleanupKeys() })
+	return h
+}
+
+func (h *harness) cleanupKeys() {
+	if h.cfg.SeenSet.Backend != "redis" || h.cfg.SeenSet.Redis.Addrs[0] != redisAddr() {
+		return
+	}
+	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer c.Close()
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, h.cfg.SeenSet.Redis.Prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
+}
+
+// proxy is a running in-process daemon.
+type proxy struct {
+	d      *Daemon
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (h *harness) start() *proxy {
+	h.t.Helper()
+	cfg := h.cfg
+	d, err := New(&cfg, Deps{Logger: testLogger(h.t)})
+	if err != nil {
+		h.t.Fatalf("daemon.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &proxy{d: d, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- d.Run(ctx) }()
+	h.t.Cleanup(func() { p.stop(h.t) })
+	testutil.Eventually(h.t, 10*time.Second, "proxy ready", func() bool {
+		return d.Ready(context.Background()) == nil
+	})
+	return p
+}
+
+// stop is SIGTERM for an in-process proxy; it fails the test on an error.
+func (p *proxy) stop(t testing.TB) {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	p.cancel = nil
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("daemon.Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("daemon did not stop within 30s")
+	}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("DEDUPE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// counter reads one series of a counter vec from the daemon's registry.
+func counter(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if matches(m, labels) {
+				switch {
+				case m.Counter != nil:
+					total += m.Counter.GetValue()
+				case m.Gauge != nil:
+					total += m.Gauge.GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+func matches(m *dto.Metric, labels map[string]string) bool {
+	for k, v := range labels {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *proxy) settled(t testing.TB) float64 {
+	return counter(t, p.d.Registry(), "dedupe_proxy_messages_total", nil)
+}
+
+func (p *proxy) result(t testing.TB, result string) float64 {
+	return counter(t, p.d.Registry(), "dedupe_proxy_messages_total", map[string]string{"result": result})
+}
+
+func (p *proxy) event(t testing.TB, event string) float64 {
+	return counter(t, p.d.Registry(), "dedupe_proxy_events_total", map[string]string{"event": event})
+}
+
+// envelope is a BabelQueue envelope with the given meta.id ("" leaves it
+// empty, nil-like ids are the caller's business).
+func envelope(id string, extra string) []byte {
+	m := map[string]any{
+		"job":      "urn:babel:orders:created",
+		"trace_id": "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+		"data":     map[string]any{"order_id": 1042, "note": extra},
+		"meta":     map[string]any{"id": id, "schema_version": 1, "lang": "go"},
+		"attempts": 0,
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func (h *harness) status(key string) seenset.Status {
+	h.t.Helper()
+	st, err := NewStore(&h.cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := st.Status(context.Background(), h.cfg.Consumer+":"+key)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, x := range subs {
+		if !strings.Contains(s, x) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,303 @@
+// Package keys extracts a message's dedupe key by the source's rules, tried
+// in order until one yields a usable key. A message without a usable key is
+// never dropped: the pipeline forwards it without a seen-set step
+// (fail-open) or dead-letters it, by configuration.
+package keys
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/template/parse"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+)
+
+// MaxKeyBytes bounds a key: longer values are not identities but payload,
+// and they would bloat every Redis entry.
+const MaxKeyBytes = 512
+
+// DefaultRule is BabelQueue's canonical identity, the envelope's meta.id.
+const DefaultRule = "json:meta.id"
+
+// Extractor holds a source's parsed rules. It is safe for concurrent use.
+type Extractor struct {
+	rules []rule
+	specs []string
+}
+
+type ruleKind int
+
+const (
+	ruleJSON ruleKind = iota
+	ruleHeader
+	ruleMessageID
+	ruleRecordKey
+	ruleTemplate
+)
+
+type rule struct {
+	kind   ruleKind
+	path   []string // ruleJSON
+	header string   // ruleHeader, lower-cased
+	parts  []part   // ruleTemplate
+}
+
+// part of a template: literal text, or a JSON path when path != nil.
+type part struct {
+	text string
+	path []string
+}
+
+// Parse compiles rule specs such as "json:meta.id", "header:bq-message-id",
+// "property:message_id", "record_key" or "template:inv:{{.month}}:{{.customer}}".
+// The error names the offending spec.
+func Parse(specs []string) (*Extractor, error) {
+	if len(specs) == 0 {
+		specs = []string{DefaultRule}
+	}
+	e := &Extractor{specs: specs}
+	var errs []error
+	for i, s := range specs {
+		r, err := parseRule(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("[%d] %q: %w", i, s, err))
+			continue
+		}
+		e.rules = append(e.rules, r)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return e, nil
+}
+
+func parseRule(s string) (rule, error) {
+	kind, arg, _ := strings.Cut(s, ":")
+	switch kind {
+	case "json":
+		p, err := parsePath(arg)
+		return rule{kind: ruleJSON, path: p}, err
+	case "header":
+		if arg == "" {
+			return rule{}, errors.New("header rule needs a name, e.g. header:bq-message-id")
+		}
+		return rule{kind: ruleHeader, header: strings.ToLower(arg)}, nil
+	case "property":
+		if arg != "message_id" {
+			return rule{}, errors.New("only property:message_id is supported")
+		}
+		return rule{kind: ruleMessageID}, nil
+	case "record_key":
+		if arg != "" {
+			return rule{}, errors.New("record_key takes no argument")
+		}
+		return rule{kind: ruleRecordKey}, nil
+	case "template":
+		parts, err := parseTemplate(arg)
+		return rule{kind: ruleTemplate, parts: parts}, err
+	}
+	return rule{}, errors.New("unknown rule; use json:<path>, header:<name>, property:message_id, record_key or template:<text>")
+}
+
+func parsePath(p string) ([]string, error) {
+	if p == "" {
+		return nil, errors.New("empty JSON path")
+	}
+	segs := strings.Split(p, ".")
+	for _, s := range segs {
+		if s == "" {
+			return nil, errors.New("empty segment in JSON path")
+		}
+	}
+	return segs, nil
+}
+
+// parseTemplate accepts Go template syntax but only literal text and field
+// references ({{.a.b}}): a key must be a pure function of the message, and
+// restricting the language lets every referenced value be checked as a
+// scalar instead of printing "map[...]" or "<no value>" into a key.
+func parseTemplate(s string) ([]part, error) {
+	if s == "" {
+		return nil, errors.New("empty template")
+	}
+	trees, err := parse.Parse("key", s, "{{", "}}")
+	if err != nil {
+		return nil, err
+	}
+	var parts []part
+	fields := 0
+	for _, n := range trees["key"].Root.Nodes {
+		switch n := n.(type) {
+		case *parse.TextNode:
+			parts = append(parts, part{text: string(n.Text)})
+		case *parse.ActionNode:
+			if len(n.Pipe.Decl) > 0 || len(n.Pipe.Cmds) != 1 || len(n.Pipe.Cmds[0].Args) != 1 {
+				return nil, fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
+			}
+			f, ok := n.Pipe.Cmds[0].Args[0].(*parse.FieldNode)
+			if !ok {
+				return nil, fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
+			}
+			parts = append(parts, part{path: f.Ident})
+			fields++
+		default:
+			return nil, fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
+		}
+	}
+	if fields == 0 {
+		return nil, errors.New("template references no field, so every message would share one key")
+	}
+	return parts, nil
+}
+
+// Specs returns the rules as configured.
+func (e *Extractor) Specs() []string { return e.specs }
+
+// Key returns the first usable key. When none is usable it returns "" and
+// why the last rule failed ("absent", "empty", "not a string or number",
+// "too long", "invalid utf-8", "body is not JSON"), for metrics and logs.
+func (e *Extractor) Key(m *broker.Message) (key, why string) {
+	var doc *jsonDoc
+	why = "absent"
+	for _, r := range e.rules {
+		var v string
+		var miss string
+		switch r.kind {
+		case ruleJSON, ruleTemplate:
+			if doc == nil {
+				doc = parseDoc(m.Body)
+			}
+			if r.kind == ruleJSON {
+				v, miss = doc.scalar(r.path)
+			} else {
+				v, miss = doc.render(r.parts)
+			}
+		case ruleHeader:
+			v, miss = header(m.Headers, r.header)
+		case ruleMessageID:
+			v, miss = m.MessageID, ""
+		case ruleRecordKey:
+			v, miss = string(m.RecordKey), ""
+		}
+		if miss == "" {
+			miss = usable(v)
+		}
+		if miss == "" {
+			return v, ""
+		}
+		why = miss
+	}
+	return "", why
+}
+
+func usable(v string) string {
+	switch {
+	case v == "":
+		return "empty"
+	case len(v) > MaxKeyBytes:
+		return "too long"
+	case !utf8.ValidString(v):
+		return "invalid utf-8"
+	case strings.ContainsFunc(v, unicode.IsControl):
+		// The key travels as the Idempotency-Key header; a control
+		// character cannot, and escaping it could collide with another key.
+		return "control characters"
+	}
+	return ""
+}
+
+func header(h map[string]string, name string) (string, string) {
+	for k, v := range h {
+		if strings.ToLower(k) == name {
+			return v, ""
+		}
+	}
+	return "", "absent"
+}
+
+// jsonDoc decodes the body once per message, lazily, and only as deep as
+// the rules' paths go: raw sub-objects stay undecoded.
+type jsonDoc struct {
+	root   map[string]json.RawMessage
+	notObj bool
+}
+
+func parseDoc(body []byte) *jsonDoc {
+	d := &jsonDoc{}
+	if err := json.Unmarshal(body, &d.root); err != nil {
+		d.notObj = true
+	}
+	return d
+}
+
+func (d *jsonDoc) scalar(path []string) (string, string) {
+	if d.notObj {
+		return "", "body is not JSON"
+	}
+	obj := d.root
+	for i, seg := range path {
+		raw, ok := obj[seg]
+		if !ok {
+			return "", "absent"
+		}
+		if i == len(path)-1 {
+			return scalarValue(raw)
+		}
+		obj = nil
+		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+			return "", "absent"
+		}
+	}
+	return "", "absent"
+}
+
+func scalarValue(raw json.RawMessage) (string, string) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", "absent"
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", "invalid utf-8"
+		}
+		// encoding/json replaces invalid UTF-8 with U+FFFD; two different
+		// corrupt ids would then collide on one key, so refuse them.
+		if !utf8.Valid(raw) {
+			return "", "invalid utf-8"
+		}
+		return s, ""
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		// The literal, not a float64 round trip: 12345678901234567890
+		// must not become 1.2345678901234567e19.
+		return string(raw), ""
+	case 'n':
+		return "", "absent"
+	}
+	return "", "not a string or number"
+}
+
+func (d *jsonDoc) render(parts []part) (string, string) {
+	var b strings.Builder
+	for _, p := range parts {
+		if p.path == nil {
+			b.WriteString(p.text)
+			continue
+		}
+		v, miss := d.scalar(p.path)
+		if miss == "" {
+			miss = usable(v)
+		}
+		if miss != "" {
+			return "", miss
+		}
+		b.WriteString(v)
+	}
+	return b.String(), ""
+}

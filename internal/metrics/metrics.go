@@ -1,0 +1,171 @@
+// Package metrics holds dedupe-proxy's Prometheus collectors. They are
+// registered on a registry passed in, never the global one, so tests and
+// several in-process daemons do not collide. Labels are bounded: source
+// names come from the config; keys, URLs and error texts never become
+// labels.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Terminal results: every delivery ends in exactly one of them.
+const (
+	Forwarded    = "forwarded"     // the app succeeded; key committed; acked
+	Duplicate    = "duplicate"     // key already done; acked without forwarding
+	DeadLettered = "dead_lettered" // sent to the dead-letter destination
+	Requeued     = "requeued"      // given back for redelivery (busy, shutdown, no dead letter, connection lost)
+)
+
+// Events that happen on the way; a delivery can have several.
+const (
+	EventNoKey          = "no_key"           // no usable key: forwarded without dedupe (or dead-lettered)
+	EventBusy           = "busy"             // another replica had the key in flight
+	EventRetry          = "retry"            // an attempt failed and will be retried
+	EventStoreError     = "store_error"      // the seen-set could not be reached
+	EventStoreFailOpen  = "store_fail_open"  // forwarded without the seen-set (on_store_error: forward)
+	EventCommitFailed   = "commit_failed"    // the success could not be recorded (acked anyway)
+	EventLeaseLost      = "lease_lost"       // the lease expired during the forward and another owner took it
+	EventSettleFailed   = "settle_failed"    // ack/nack failed (connection lost; the broker redelivers)
+	EventBodyTooLarge   = "body_too_large"   // larger than delivery.max_body_bytes
+	EventDeadLetterFail = "dead_letter_fail" // the dead-letter publish failed; requeued or retried instead
+)
+
+var (
+	results = []string{Forwarded, Duplicate, DeadLettered, Requeued}
+	events  = []string{EventNoKey, EventBusy, EventRetry, EventStoreError, EventStoreFailOpen, EventCommitFailed,
+		EventLeaseLost, EventSettleFailed, EventBodyTooLarge, EventDeadLetterFail}
+	classes  = []string{"2xx", "3xx", "4xx", "5xx", "error"}
+	storeOps = []string{"claim", "renew", "commit", "release", "forget", "status", "ping"}
+)
+
+// Metrics are the proxy's collectors.
+type Metrics struct {
+	Messages        *prometheus.CounterVec
+	Events          *prometheus.CounterVec
+	ForwardDuration *prometheus.HistogramVec
+	AppResponses    *prometheus.CounterVec
+	StoreDuration   *prometheus.HistogramVec
+	StoreErrors     *prometheus.CounterVec
+	InFlight        *prometheus.GaugeVec
+	Reconnects      *prometheus.CounterVec
+	Connected       *prometheus.GaugeVec
+	AppUp           prometheus.Gauge
+	KafkaLag        *prometheus.GaugeVec
+	KafkaCommits    *prometheus.CounterVec
+	KafkaCommitFail *prometheus.CounterVec
+	PartitionHeld   *prometheus.GaugeVec
+}
+
+// New creates the collectors and registers them on reg (nil: not
+// registered, for tests that do not read them).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_messages_total",
+			Help: "Deliveries by source and terminal result (forwarded, duplicate, dead_lettered, requeued).",
+		}, []string{"source", "result"}),
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_events_total",
+			Help: "Things that happened to deliveries on the way: no_key, busy, retry, store_error, commit_failed, lease_lost, ...",
+		}, []string{"source", "event"}),
+		ForwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dedupe_proxy_forward_duration_seconds",
+			Help:    "Duration of one HTTP request to the app.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"source"}),
+		AppResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_app_responses_total",
+			Help: "App responses by status class; error means no response (refused, reset, timeout).",
+		}, []string{"source", "class"}),
+		StoreDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dedupe_proxy_seenset_duration_seconds",
+			Help:    "Latency of seen-set operations.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5, 1, 2.5},
+		}, []string{"op"}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_seenset_errors_total",
+			Help: "Seen-set operations that failed to reach the store.",
+		}, []string{"op"}),
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_inflight_messages",
+			Help: "Deliveries being processed now.",
+		}, []string{"source"}),
+		Reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_broker_reconnects_total",
+			Help: "Broker reconnections after a lost connection.",
+		}, []string{"source"}),
+		Connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_broker_connected",
+			Help: "1 while the source is connected and consuming.",
+		}, []string{"source"}),
+		AppUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_app_up",
+			Help: "1 while the app's health URL answers 2xx (always 1 without app.health_url).",
+		}),
+		KafkaLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_kafka_lag_messages",
+			Help: "Messages between the committed offset and the partition's high watermark.",
+		}, []string{"source", "topic", "partition"}),
+		KafkaCommits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_kafka_commits_total",
+			Help: "Offset commits sent.",
+		}, []string{"source"}),
+		KafkaCommitFail: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_kafka_commit_failures_total",
+			Help: "Offset commits that failed.",
+		}, []string{"source"}),
+		PartitionHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_kafka_partitions_held",
+			Help: "Partitions not advancing because a message keeps failing and no dead-letter topic is set.",
+		}, []string{"source"}),
+	}
+	for _, op := range storeOps {
+		m.StoreDuration.WithLabelValues(op)
+		m.StoreErrors.WithLabelValues(op)
+	}
+	if reg != nil {
+		reg.MustRegister(m.Messages, m.Events, m.ForwardDuration, m.AppResponses, m.StoreDuration, m.StoreErrors,
+			m.InFlight, m.Reconnects, m.Connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld)
+	}
+	m.AppUp.Set(1)
+	return m
+}
+
+// InitSource creates every series of a source at 0, so rates and alerts
+// work before the first event.
+func (m *Metrics) InitSource(source, kind string) {
+	for _, r := range results {
+		m.Messages.WithLabelValues(source, r)
+	}
+	for _, e := range events {
+		m.Events.WithLabelValues(source, e)
+	}
+	for _, c := range classes {
+		m.AppResponses.WithLabelValues(source, c)
+	}
+	m.ForwardDuration.WithLabelValues(source)
+	m.InFlight.WithLabelValues(source)
+	m.Reconnects.WithLabelValues(source)
+	m.Connected.WithLabelValues(source)
+	if kind == "kafka" {
+		m.KafkaCommits.WithLabelValues(source)
+		m.KafkaCommitFail.WithLabelValues(source)
+		m.PartitionHeld.WithLabelValues(source)
+	}
+}
+
+// StatusClass maps an HTTP status (0: no response) to its label.
+func StatusClass(status int) string {
+	switch {
+	case status == 0:
+		return "error"
+	case status < 300:
+		return "2xx"
+	case status < 400:
+		return "3xx"
+	case status < 500:
+		return "4xx"
+	}
+	return "5xx"
+}

@@ -1,0 +1,551 @@
+// Package pipeline ties a source, the seen-set and the app together,
+// message by message, as CONTRACT.md's steps 1–6: key → claim → forward →
+// commit → ack, with retries, dead letters and a drain on shutdown.
+//
+// The guarantee rests on one ordering: the key is marked done only after
+// the app succeeded, and the broker is acked only after that. Every other
+// path (store down, app down, busy key, shutdown) leaves the message
+// unacked or requeued, so nothing is lost; a claim with a lease keeps two
+// replicas from forwarding the same key at once.
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+// Forwarder sends one request to the app; *forward.Client implements it.
+type Forwarder interface {
+	Do(ctx context.Context, r forward.Request) forward.Result
+}
+
+// Options configure a Pipeline.
+type Options struct {
+	// Consumer namespaces every stored key: "<consumer>:<key>".
+	Consumer  string
+	Store     seenset.Store
+	Forwarder Forwarder
+	Lease     time.Duration
+	TTL       time.Duration
+	// FailOpenOnStoreError forwards without the seen-set when the store is
+	// unreachable. Off by default: fail closed.
+	FailOpenOnStoreError bool
+	MaxAttempts          int
+	BackoffInitial       time.Duration
+	BackoffMax           time.Duration
+	Jitter               float64
+	BusyDelay            time.Duration
+	CommitAttempts       int
+	MaxBodyBytes         int64
+	LogBodies            bool
+	Logger               *slog.Logger
+	Metrics              *metrics.Metrics
+}
+
+// SourceOptions are the per-source parts of the pipeline.
+type SourceOptions struct {
+	Name string
+	Kind string
+	// Path is appended to the app URL.
+	Path string
+	Keys *keys.Extractor
+	// DeadLetterMissingKey dead-letters messages without a usable key
+	// instead of forwarding them without dedupe.
+	DeadLetterMissingKey bool
+	// Requeues: the source hands requeued messages back to the broker
+	// (RabbitMQ). When false (Kafka) the pipeline holds the message and
+	// retries it itself, since the partition must not move past it.
+	Requeues bool
+}
+
+// Pipeline processes deliveries. Stop it in two steps: Drain (stop
+// retrying, requeue what is waiting; forwards in progress finish), then
+// Abort (cancel forwards in progress, release and requeue them).
+type Pipeline struct {
+	o        Options
+	log      *slog.Logger
+	m        *metrics.Metrics
+	draining chan struct{}
+	drainOne atomic.Bool
+	hard     context.Context
+	abort    context.CancelFunc
+	tokenPfx string
+	tokenSeq atomic.Uint64
+}
+
+// New returns a Pipeline.
+func New(o Options) *Pipeline {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New(nil)
+	}
+	if o.MaxAttempts < 1 {
+		o.MaxAttempts = 1
+	}
+	if o.CommitAttempts < 1 {
+		o.CommitAttempts = 1
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	hard, abort := context.WithCancel(context.Background())
+	return &Pipeline{
+		o:        o,
+		log:      o.Logger,
+		m:        o.Metrics,
+		draining: make(chan struct{}),
+		hard:     hard,
+		abort:    abort,
+		// One random prefix per process and a counter: unique across
+		// replicas without a crypto/rand read per message.
+		tokenPfx: hex.EncodeToString(b) + "-",
+	}
+}
+
+// Drain stops retries and waits: messages waiting for a retry, a busy key
+// or the store are released and requeued; forwards in progress go on.
+func (p *Pipeline) Drain() {
+	if p.drainOne.CompareAndSwap(false, true) {
+		close(p.draining)
+	}
+}
+
+// Abort cancels forwards still in progress (the shutdown timeout ran out):
+// they are released and requeued, never dead-lettered.
+func (p *Pipeline) Abort() {
+	p.Drain()
+	p.abort()
+}
+
+// Handler returns the broker.Handler for one source.
+func (p *Pipeline) Handler(s SourceOptions) broker.Handler {
+	if s.Keys == nil {
+		s.Keys, _ = keys.Parse(nil)
+	}
+	p.m.InitSource(s.Name, s.Kind)
+	return func(d broker.Delivery) {
+		w := &work{p: p, s: &s, d: d, m: d.Message()}
+		gauge := p.m.InFlight.WithLabelValues(s.Name)
+		gauge.Inc()
+		defer gauge.Dec()
+		w.run()
+	}
+}
+
+// work is one delivery's trip through the pipeline.
+type work struct {
+	p    *Pipeline
+	s    *SourceOptions
+	d    broker.Delivery
+	m    *broker.Message
+	key  string // message key, "" when none
+	full string // "<consumer>:<key>"
+	last forward.Result
+	meta []forward.Header
+}
+
+func (w *work) run() {
+	p := w.p
+	if p.o.MaxBodyBytes > 0 && int64(len(w.m.Body)) > p.o.MaxBodyBytes {
+		w.event(metrics.EventBodyTooLarge)
+		w.fail("body too large", slog.Int("bytes", len(w.m.Body)), slog.Int64("max", p.o.MaxBodyBytes))
+		w.deadLetterOrHold(broker.DeadLetterInfo{Reason: "body too large"}, 0, false)
+		return
+	}
+	key, why := w.s.Keys.Key(w.m)
+	if key == "" {
+		w.event(metrics.EventNoKey)
+		p.log.Info("no usable key", w.attrs(slog.String("why", why))...)
+		if w.s.DeadLetterMissingKey {
+			w.deadLetterOrHold(broker.DeadLetterInfo{Reason: "no key: " + why}, 0, false)
+			return
+		}
+		// Fail-open: work that cannot be identified is never dropped.
+		w.forwardLoop(false)
+		return
+	}
+	w.key = key
+	w.full = p.o.Consumer + ":" + key
+	w.forwardLoop(true)
+}
+
+// forwardLoop claims, forwards and settles; withStore=false forwards
+// without the seen-set (no key, or fail-open on a store error).
+func (w *work) forwardLoop(withStore bool) {
+	p := w.p
+	attempt := 0
+	for {
+		token := ""
+		if withStore {
+			token = p.tokenPfx + strconv.FormatUint(p.tokenSeq.Add(1), 36)
+			res, err := w.claim(token)
+			if err != nil {
+				if errors.Is(err, seenset.ErrUnavailable) && p.o.FailOpenOnStoreError {
+					w.event(metrics.EventStoreFailOpen)
+					p.log.Warn("seen-set unavailable, forwarding without dedupe (on_store_error: forward)", w.attrs(slog.String("err", err.Error()))...)
+					withStore = false
+					continue
+				}
+				w.requeue("interrupted while the seen-set was unavailable")
+				return
+			}
+			switch res {
+			case seenset.Duplicate:
+				w.ack(metrics.Duplicate)
+				return
+			case seenset.Busy:
+				w.event(metrics.EventBusy)
+				if !w.wait(p.o.BusyDelay) || w.s.Requeues {
+					// RabbitMQ: give it back, another delivery (or this
+					// one later) finds it done or free. Kafka: loop.
+					w.requeue("key busy on another replica")
+					return
+				}
+				continue
+			}
+		}
+
+		attempt++
+		w.last = w.forward(attempt, token, withStore)
+		switch w.last.Outcome {
+		case forward.Success:
+			if withStore {
+				w.commit(token)
+			}
+			w.ack(metrics.Forwarded)
+			return
+		case forward.Permanent:
+			if withStore {
+				w.release(token)
+			}
+			w.fail("app answered permanent failure", slog.Int("attempt", attempt))
+			if w.deadLetterOrHold(w.info("permanent: "+w.last.Reason, attempt), attempt, true) {
+				return
+			}
+		default: // Retryable
+			if withStore {
+				w.release(token)
+			}
+			if p.hard.Err() != nil {
+				w.requeue("shutdown timeout reached during the forward")
+				return
+			}
+			if attempt >= p.o.MaxAttempts {
+				w.fail("retries exhausted", slog.Int("attempt", attempt))
+				if w.deadLetterOrHold(w.info("max attempts: "+w.last.Reason, attempt), attempt, true) {
+					return
+				}
+				continue
+			}
+			w.event(metrics.EventRetry)
+			p.log.Info("app failed, will retry", w.attrs(slog.Int("attempt", attempt), slog.String("reason", w.last.Reason))...)
+			if !w.wait(p.backoff(attempt, w.last.RetryAfter)) {
+				w.requeue("stopped while waiting to retry")
+				return
+			}
+		}
+	}
+}
+
+// deadLetterOrHold dead-letters d. When the source has no dead letter (or
+// the dead-letter publish fails) the message is not lost: RabbitMQ gets it
+// requeued after a backoff; Kafka holds it and the caller retries. It
+// reports whether d was settled (the caller must return).
+func (w *work) deadLetterOrHold(info broker.DeadLetterInfo, attempt int, canRetry bool) bool {
+	p := w.p
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 30*time.Second)
+	err := w.d.DeadLetter(ctx, info)
+	cancel()
+	if err == nil {
+		w.result(metrics.DeadLettered)
+		p.log.Warn("dead-lettered", w.attrs(slog.String("reason", info.Reason), slog.Int("attempts", info.Attempts))...)
+		return true
+	}
+	if !errors.Is(err, broker.ErrNoDeadLetter) {
+		w.event(metrics.EventDeadLetterFail)
+		p.log.Error("dead-letter failed; message kept", w.attrs(slog.String("err", err.Error()))...)
+	}
+	delay := p.backoff(max(attempt, 1), 0)
+	if w.s.Requeues || !canRetry {
+		if !w.wait(delay) {
+			w.requeue("stopped")
+			return true
+		}
+		if w.s.Requeues {
+			w.requeue("no dead letter: " + info.Reason)
+			return true
+		}
+		// Kafka cannot requeue and this message cannot be forwarded
+		// (too large, no key): hold the partition, retry the dead letter.
+		for {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 30*time.Second)
+			err := w.d.DeadLetter(ctx, info)
+			cancel()
+			if err == nil {
+				w.result(metrics.DeadLettered)
+				return true
+			}
+			if !w.wait(p.o.BackoffMax) {
+				w.requeue("stopped")
+				return true
+			}
+		}
+	}
+	if !w.wait(delay) {
+		w.requeue("stopped")
+		return true
+	}
+	return false
+}
+
+// claim claims the key, retrying store errors with backoff (fail-closed).
+// It returns an error when the store is down and either fail-open is on
+// (ErrUnavailable) or the wait was interrupted.
+func (w *work) claim(token string) (seenset.ClaimResult, error) {
+	p := w.p
+	for i := 1; ; i++ {
+		ctx, cancel := context.WithTimeout(p.hard, 5*time.Second)
+		start := time.Now()
+		res, err := p.o.Store.Claim(ctx, w.full, token, p.o.Lease)
+		cancel()
+		p.observe("claim", start, err)
+		if err == nil {
+			return res, nil
+		}
+		w.event(metrics.EventStoreError)
+		p.log.Warn("seen-set claim failed; not forwarding", w.attrs(slog.String("err", err.Error()), slog.Int("try", i))...)
+		if p.o.FailOpenOnStoreError && errors.Is(err, seenset.ErrUnavailable) {
+			return 0, err
+		}
+		if !w.wait(p.backoff(i, 0)) {
+			return 0, errors.New("interrupted")
+		}
+	}
+}
+
+// forward sends one attempt, renewing the lease while it runs.
+func (w *work) forward(attempt int, token string, withStore bool) forward.Result {
+	p := w.p
+	req := forward.Request{
+		Path:           w.s.Path,
+		Body:           w.m.Body,
+		ContentType:    w.m.ContentType,
+		IdempotencyKey: w.key,
+		Attempt:        attempt,
+		Meta:           w.metaHeaders(),
+		MessageHeaders: w.m.Headers,
+	}
+	var stopRenew func()
+	if withStore {
+		stopRenew = w.renewLease(token)
+	}
+	// Neither Drain nor a lost channel cancels a forward in progress: the
+	// app may be acting on it, and finishing lets us commit, which turns
+	// the redelivery into a duplicate instead of a second effect.
+	res := p.o.Forwarder.Do(p.hard, req)
+	if stopRenew != nil {
+		stopRenew()
+	}
+	p.m.ForwardDuration.WithLabelValues(w.s.Name).Observe(res.Duration.Seconds())
+	p.m.AppResponses.WithLabelValues(w.s.Name, metrics.StatusClass(res.Status)).Inc()
+	return res
+}
+
+func (w *work) renewLease(token string) (stop func()) {
+	p := w.p
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(p.o.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(p.hard, p.o.Lease/3)
+				start := time.Now()
+				err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
+				cancel()
+				p.observe("renew", start, err)
+				if errors.Is(err, seenset.ErrNotOwner) {
+					w.event(metrics.EventLeaseLost)
+					p.log.Error("lease lost while forwarding: another replica may forward this key too", w.attrs()...)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// commit records the success, retrying a bounded number of times. It runs
+// even during shutdown: the app already acted, and a lost commit is the one
+// window in which a redelivery is forwarded again.
+func (w *work) commit(token string) {
+	p := w.p
+	var err error
+	for i := 1; i <= p.o.CommitAttempts; i++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 5*time.Second)
+		start := time.Now()
+		err = p.o.Store.Commit(ctx, w.full, token, p.o.TTL)
+		cancel()
+		p.observe("commit", start, err)
+		if err == nil {
+			return
+		}
+		if errors.Is(err, seenset.ErrNotOwner) {
+			w.event(metrics.EventLeaseLost)
+			p.log.Error("commit refused: the lease expired and another replica took the key", w.attrs()...)
+			return
+		}
+		if i < p.o.CommitAttempts {
+			time.Sleep(p.backoff(i, 0))
+		}
+	}
+	w.event(metrics.EventCommitFailed)
+	p.log.Error("commit failed after the app succeeded; acking anyway, the Idempotency-Key is the app's defence against a redelivery", w.attrs(slog.String("err", err.Error()))...)
+}
+
+func (w *work) release(token string) {
+	p := w.p
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 2*time.Second)
+	start := time.Now()
+	err := p.o.Store.Release(ctx, w.full, token)
+	cancel()
+	p.observe("release", start, err)
+	if err != nil {
+		// Harmless: the lease expires by itself.
+		p.log.Warn("release failed; the lease will expire", w.attrs(slog.String("err", err.Error()))...)
+	}
+}
+
+func (w *work) ack(result string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.d.Ack(ctx); err != nil {
+		w.event(metrics.EventSettleFailed)
+		w.p.log.Warn("ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
+	}
+	w.result(result)
+}
+
+func (w *work) requeue(why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.d.Requeue(ctx); err != nil {
+		w.event(metrics.EventSettleFailed)
+		w.p.log.Warn("requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)
+	}
+	w.p.log.Debug("requeued", w.attrs(slog.String("why", why))...)
+	w.result(metrics.Requeued)
+}
+
+// wait sleeps for d unless the pipeline drains or the delivery is lost; it
+// reports whether the full wait elapsed.
+func (w *work) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.p.draining:
+	case <-w.p.hard.Done():
+	case <-w.d.Lost():
+	}
+	return false
+}
+
+// backoff is exponential with jitter; a Retry-After from the app wins when
+// longer, capped at BackoffMax so a hostile header cannot park a worker.
+func (p *Pipeline) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	d := float64(p.o.BackoffInitial) * math.Pow(2, float64(attempt-1))
+	if d > float64(p.o.BackoffMax) {
+		d = float64(p.o.BackoffMax)
+	}
+	if p.o.Jitter > 0 {
+		d *= 1 + p.o.Jitter*(2*mrand.Float64()-1)
+	}
+	out := time.Duration(d)
+	if retryAfter > out {
+		out = min(retryAfter, p.o.BackoffMax)
+	}
+	return max(out, time.Millisecond)
+}
+
+func (p *Pipeline) observe(op string, start time.Time, err error) {
+	p.m.StoreDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
+		p.m.StoreErrors.WithLabelValues(op).Inc()
+	}
+}
+
+func (w *work) info(reason string, attempts int) broker.DeadLetterInfo {
+	info := broker.DeadLetterInfo{Reason: reason, LastStatus: w.last.Status, Attempts: attempts}
+	if w.last.Err != nil {
+		info.LastError = w.last.Err.Error()
+	}
+	return info
+}
+
+func (w *work) metaHeaders() []forward.Header {
+	if w.meta != nil {
+		return w.meta
+	}
+	m := w.m
+	h := []forward.Header{{Name: "X-Dedupe-Source", Value: m.Source}, {Name: "X-Dedupe-Broker", Value: m.Kind}}
+	if m.Queue != "" {
+		h = append(h, forward.Header{Name: "X-Dedupe-Queue", Value: m.Queue})
+	}
+	if m.Topic != "" {
+		h = append(h,
+			forward.Header{Name: "X-Dedupe-Topic", Value: m.Topic},
+			forward.Header{Name: "X-Dedupe-Partition", Value: strconv.Itoa(m.Partition)},
+			forward.Header{Name: "X-Dedupe-Offset", Value: strconv.FormatInt(m.Offset, 10)})
+		if len(m.RecordKey) > 0 {
+			h = append(h, forward.Header{Name: "X-Dedupe-Record-Key", Value: string(m.RecordKey)})
+		}
+	}
+	h = append(h, forward.Header{Name: "X-Dedupe-Redelivered", Value: strconv.FormatBool(m.Redelivered)})
+	w.meta = h
+	return h
+}
+
+func (w *work) attrs(extra ...any) []any {
+	a := []any{slog.String("source", w.s.Name)}
+	if w.key != "" {
+		a = append(a, slog.String("key", w.key))
+	}
+	if w.m.Topic != "" {
+		a = append(a, slog.String("topic", w.m.Topic), slog.Int("partition", w.m.Partition), slog.Int64("offset", w.m.Offset))
+	}
+	if w.p.o.LogBodies {
+		a = append(a, slog.String("body", string(w.m.Body)))
+	}
+	return append(a, extra...)
+}
+
+func (w *work) fail(msg string, extra ...any) {
+	a := append([]any{slog.Int("status", w.last.Status), slog.String("reason", w.last.Reason)}, extra...)
+	w.p.log.Warn(msg, w.attrs(a...)...)
+}
+
+func (w *work) event(e string) { w.p.m.Events.WithLabelValues(w.s.Name, e).Inc() }
+
+func (w *work) result(r string) { w.p.m.Messages.WithLabelValues(w.s.Name, r).Inc() }
