@@ -63,6 +63,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	if d.log == nil {
 		d.log = NewLogger(cfg.Log, nil)
 	}
+	setRedisLogger(d.log)
 	if d.reg == nil {
 		d.reg = prometheus.NewRegistry()
 		d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

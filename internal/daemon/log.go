@@ -1,9 +1,14 @@
 package daemon
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 )
@@ -21,4 +26,21 @@ func NewLogger(c config.Log, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// redisLogger routes go-redis' own log lines (one per failed dial while
+// Redis is down) to slog at debug level: the pipeline already logs every
+// store failure with its key and source, once.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.Debug("go-redis: " + fmt.Sprintf(format, v...))
+}
+
+var redisLoggerOnce sync.Once
+
+// setRedisLogger installs the adapter; go-redis has one process-wide
+// logger, so the first daemon's logger wins.
+func setRedisLogger(log *slog.Logger) {
+	redisLoggerOnce.Do(func() { redis.SetLogger(redisLogger{log}) })
 }
