@@ -43,14 +43,13 @@ func Load(path string, environ []string) (*Config, error) {
 	used := map[string]bool{EnvConfigFile: true}
 
 	// viper's AutomaticEnv only feeds Unmarshal for keys it already knows
-	// (spf13/viper#188), so bind every leaf path explicitly.
+	// (spf13/viper#188) and always reads the process environment, so every
+	// leaf path is looked up in environ explicitly; Set outranks the file.
 	for _, p := range leafPaths(reflect.TypeOf(Config{}), "") {
 		name := envName(p)
-		if _, ok := env[name]; ok {
+		if val, ok := env[name]; ok {
 			used[name] = true
-			if err := v.BindEnv(p, name); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			}
+			v.Set(p, val)
 		}
 	}
 	settings := v.AllSettings()
@@ -111,16 +110,40 @@ func Load(path string, environ []string) (*Config, error) {
 	return &cfg, nil
 }
 
+// decode maps input onto out (which holds the defaults) one leaf at a
+// time: mapstructure stops at the first failing hook within a struct, and
+// an operator should see every bad value in one run.
 func decode(input map[string]any, out any, prefix string) []error {
+	var errs []error
+	var walk func(m map[string]any, t reflect.Type, path []string)
+	walk = func(m map[string]any, t reflect.Type, path []string) {
+		for k, v := range m {
+			ft, ok := fieldType(t, k)
+			if !ok {
+				continue // reported by unknownKeys
+			}
+			p := append(append([]string(nil), path...), k)
+			if sub, isMap := v.(map[string]any); isMap && ft.Kind() == reflect.Struct {
+				walk(sub, ft, p)
+				continue
+			}
+			leaf := map[string]any{}
+			setAny(leaf, p, v)
+			errs = append(errs, decodeOnce(leaf, out, prefix)...)
+		}
+	}
+	walk(input, reflect.TypeOf(out).Elem(), nil)
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errs
+}
+
+func decodeOnce(input map[string]any, out any, prefix string) []error {
 	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		Result: out,
-		// Unknown keys are found by unknownKeys: mapstructure skips its
-		// unused-key check for a struct in which a field failed.
-		ErrorUnused:      false,
+		Result:           out,
 		WeaklyTypedInput: true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			byteSizeHook,
-			mapstructure.StringToTimeDurationHookFunc(),
+			durationHook,
 			mapstructure.StringToSliceHookFunc(","),
 		),
 	})
@@ -131,6 +154,35 @@ func decode(input map[string]any, out any, prefix string) []error {
 		return flatten(err, prefix)
 	}
 	return nil
+}
+
+func fieldType(t reflect.Type, tag string) (reflect.Type, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		if t.Field(i).Tag.Get("mapstructure") == tag {
+			return t.Field(i).Type, true
+		}
+	}
+	return nil, false
+}
+
+func setAny(m map[string]any, path []string, val any) {
+	for _, seg := range path[:len(path)-1] {
+		next := map[string]any{}
+		m[seg] = next
+		m = next
+	}
+	m[path[len(path)-1]] = val
+}
+
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(time.Duration(0)) || from.Kind() != reflect.String {
+		return data, nil
+	}
+	d, err := time.ParseDuration(data.(string))
+	if err != nil {
+		return nil, fmt.Errorf("invalid duration %q (use 500ms, 30s, 5m, 24h)", data)
+	}
+	return d, nil
 }
 
 // flatten turns mapstructure's nested, quoted errors into one

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,7 +41,14 @@ func (p *problems) oneOf(path, v string, allowed ...string) {
 			return
 		}
 	}
-	p.add(path, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
+	quoted := make([]string, len(allowed))
+	for i, a := range allowed {
+		quoted[i] = a
+		if a == "" {
+			quoted[i] = `""`
+		}
+	}
+	p.add(path, "must be one of %s, got %q", strings.Join(quoted, ", "), v)
 }
 
 // Validate reports every invalid field, one line each, prefixed with its
@@ -197,7 +205,7 @@ func (s *Source) validate(at string, p *problems) {
 			p.add(at+".heartbeat_interval", "must be at most a third of session_timeout (%s), got %s", k.SessionTimeout, k.HeartbeatInterval)
 		}
 		p.oneOf(at+".sasl.mechanism", k.SASL.Mechanism, "", "plain", "scram-sha-256", "scram-sha-512")
-		if k.SASL.Mechanism != "" && (k.SASL.Username == "" || k.SASL.Password == "") {
+		if slices.Contains([]string{"plain", "scram-sha-256", "scram-sha-512"}, k.SASL.Mechanism) && (k.SASL.Username == "" || k.SASL.Password == "") {
 			p.add(at+".sasl", "mechanism %s needs username and password", k.SASL.Mechanism)
 		}
 		if (k.TLS.CertFile == "") != (k.TLS.KeyFile == "") {
