@@ -479,24 +479,6 @@ func TestMessageIDKeyRule(t *testing.T) {
 	}
 }
 
-// Too large: dead-lettered with the reason, not forwarded, not lost.
-func TestBodyTooLargeDeadLettered(t *testing.T) {
-	var dlq string
-	h := newHarness(t, func(c *config.Config) { c.Delivery.MaxBodyBytes = 1024 })
-	dlq = h.rabbit.Queue("dptest.dlq.", nil)
-	h.cfg.Sources[0].RabbitMQ.DeadLetter = config.RabbitDeadLetter{Mode: "publish", RoutingKey: dlq}
-	p := h.start()
-	publishJSON(h, envelope("big-1", strings.Repeat("x", 4096)))
-	testutil.Eventually(t, 10*time.Second, "dead-lettered", func() bool { return p.result(t, "dead_lettered") == 1 })
-	if h.app.Count() != 0 {
-		t.Fatal("oversized message forwarded")
-	}
-	m, ok := h.rabbit.Get(dlq)
-	if !ok || m.Headers["x-dedupe-reason"] != "body too large" {
-		t.Fatalf("dead letter: ok=%v headers=%v", ok, m.Headers)
-	}
-}
-
 // SIGTERM while a forward runs: it finishes within shutdown_timeout, is
 // committed and acked, and Run returns nil.
 func TestShutdownFinishesInFlight(t *testing.T) {

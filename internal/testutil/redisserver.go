@@ -21,6 +21,9 @@ type RedisServer struct {
 	bin  string
 	dir  string
 	port int
+	// persist keeps data across Kill/Restart (AOF, fsync always), as a
+	// production Redis with persistence or a replica would.
+	persist bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -37,6 +40,18 @@ const (
 // the test ends.
 func StartRedis(t testing.TB) *RedisServer {
 	t.Helper()
+	return startRedis(t, false)
+}
+
+// StartRedisPersistent is StartRedis with an append-only file fsync'd on
+// every write, so the data survives Kill and Restart.
+func StartRedisPersistent(t testing.TB) *RedisServer {
+	t.Helper()
+	return startRedis(t, true)
+}
+
+func startRedis(t testing.TB, persist bool) *RedisServer {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("testutil: redis-server is not on PATH (install it, e.g. apt-get install redis-server): %v", err)
@@ -46,7 +61,7 @@ func StartRedis(t testing.TB) *RedisServer {
 	// try a few.
 	var errs []string
 	for range 3 {
-		s := &RedisServer{t: t, bin: bin, dir: dir, port: FreePort(t)}
+		s := &RedisServer{t: t, bin: bin, dir: dir, port: FreePort(t), persist: persist}
 		if err := s.start(); err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -93,8 +108,8 @@ func (s *RedisServer) Kill() {
 }
 
 // Restart starts the server again on the same port (killing it first if it
-// is running) and waits until it answers PING. Its data is gone: there is no
-// persistence, as after losing a cache node.
+// is running) and waits until it answers PING. Its data is gone unless it
+// was started with StartRedisPersistent.
 func (s *RedisServer) Restart() {
 	s.t.Helper()
 	s.Kill()
@@ -106,11 +121,16 @@ func (s *RedisServer) Restart() {
 func (s *RedisServer) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	aof := "no"
+	if s.persist {
+		aof = "yes"
+	}
 	cmd := exec.Command(s.bin,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
-		"--appendonly", "no",
+		"--appendonly", aof,
+		"--appendfsync", "always",
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--logfile", "",

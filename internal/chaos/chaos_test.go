@@ -1,0 +1,324 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
+)
+
+// brokerEnv is what differs between brokers.
+type brokerEnv interface {
+	name() string
+	// sourceYAML is the config's sources: block, pointing through a relay
+	// the suite can cut.
+	sourceYAML() string
+	// publisher returns a function that publishes one body (confirmed);
+	// each returned function has its own connection/channel.
+	publisher(t *testing.T) func(body []byte)
+	cut()
+	// pending counts messages not yet settled; only exact while no proxy runs.
+	pending(t *testing.T) int
+}
+
+type result struct {
+	broker                  string
+	messages, unique        int
+	lost, doubleNaive       int
+	doubleHonouring         int
+	kills, killsInWindow    int
+	windowKeys              int
+	redisRestarts, cuts     int
+	commitFailed, leaseLost int
+	appFailures, appTimeout int
+	seconds                 float64
+}
+
+// Scale: CHAOS_MESSAGES overrides the message count (default 20,000).
+func chaosMessages() int {
+	var n int
+	if _, err := fmt.Sscan(os.Getenv("CHAOS_MESSAGES"), &n); err == nil && n > 0 {
+		return n
+	}
+	return 20000
+}
+
+var (
+	resultsMu sync.Mutex
+	results   []result
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if len(results) > 0 {
+		fmt.Println()
+		fmt.Println("| broker | messages | unique keys | lost | keys effected ≥2× (naive app) | keys effected ≥2× (honouring app) | proxy SIGKILLs | kills in success→commit window | keys in that window | Redis restarts | broker cuts | commit_failed | lease_lost | app 5xx | app timeouts | seconds |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		for _, r := range results {
+			fmt.Printf("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %.0f |\n",
+				r.broker, r.messages, r.unique, r.lost, r.doubleNaive, r.doubleHonouring, r.kills, r.killsInWindow, r.windowKeys,
+				r.redisRestarts, r.cuts, r.commitFailed, r.leaseLost, r.appFailures, r.appTimeout, r.seconds)
+		}
+	}
+	os.Exit(code)
+}
+
+func runChaos(t *testing.T, env brokerEnv) {
+	start := time.Now()
+	rs := testutil.StartRedisPersistent(t)
+	app := newEffectApp(t, 1500*time.Millisecond)
+	dir := t.TempDir()
+	logDir := filepath.Join(dir, "logs")
+	_ = os.MkdirAll(logDir, 0o755)
+	if os.Getenv("CHAOS_KEEP_LOGS") != "" {
+		logDir, _ = os.MkdirTemp("", "dedupe-chaos-logs-")
+		t.Logf("proxy logs in %s", logDir)
+	}
+	cfgPath := filepath.Join(dir, "config.yaml")
+	cfg := fmt.Sprintf(`consumer: chaos
+shutdown_timeout: 10s
+log: {level: info, format: json}
+app:
+  url: http://%s
+  timeout: 1s
+seenset:
+  lease: 5s
+  redis:
+    addrs: ["%s"]
+    prefix: "chaos:"
+    dial_timeout: 500ms
+    read_timeout: 500ms
+    write_timeout: 500ms
+delivery:
+  max_attempts: 20
+  backoff_initial: 50ms
+  backoff_max: 1s
+  busy_delay: 200ms
+  commit_attempts: 10
+%s`, app.addr, rs.Addr(), env.sourceYAML())
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := proxyBinary(t)
+	procs := []*proc{{bin: bin, cfg: cfgPath, logDir: logDir, n: 0}, {bin: bin, cfg: cfgPath, logDir: logDir, n: 1}}
+	for _, p := range procs {
+		p.start(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	for _, p := range procs {
+		if !waitUntil(ctx, 100*time.Millisecond, p.ready) {
+			t.Fatalf("proxy %d never became ready; logs in %s", p.n, logDir)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond})
+	defer rdb.Close()
+
+	total := chaosMessages()
+	pl := makePlan(total, 0.3)
+	res := result{broker: env.name(), messages: total, unique: len(pl.unique)}
+	publishFor := 50 * time.Second
+	if total < 20000 {
+		publishFor = time.Duration(float64(publishFor) * float64(total) / 20000)
+	}
+
+	// Publishers: the main stream paced over publishFor; a second publisher
+	// sends each concurrent duplicate at the moment its original goes out.
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		pubMain, pubConc := env.publisher(t), env.publisher(t)
+		conc := make(chan []byte, 1024)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range conc {
+				pubConc(b)
+			}
+		}()
+		tick := publishFor / time.Duration(len(pl.main)/100+1)
+		origIndex := 0
+		seen := map[string]bool{}
+		for i, b := range pl.main {
+			if i%100 == 0 {
+				time.Sleep(tick)
+			}
+			pubMain(b)
+			key := pl.unique[min(origIndex, len(pl.unique)-1)]
+			if strings.Contains(string(b), key) && !seen[key] {
+				seen[key] = true
+				if d, ok := pl.concurrent[origIndex]; ok {
+					conc <- d
+				}
+				origIndex++
+			}
+		}
+		close(conc)
+		wg.Wait()
+	}()
+
+	// Chaos: a SIGKILL every 2.5 s, Redis down twice, broker cut twice.
+	var kills, inWindow, windowKeys, redisRestarts, cuts int
+	chaosDone := make(chan struct{})
+	go func() {
+		defer close(chaosDone)
+		chaosStart := time.Now()
+		events := map[int]string{6: "redis", 10: "cut", 16: "redis", 20: "cut"}
+		for step := 1; ; step++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2500 * time.Millisecond):
+			}
+			published := false
+			select {
+			case <-pubDone:
+				published = true
+			default:
+			}
+			if published && time.Since(chaosStart) > publishFor+5*time.Second && kills >= 20 && redisRestarts >= 2 && cuts >= 2 {
+				return
+			}
+			switch events[step] {
+			case "redis":
+				rs.Kill()
+				time.Sleep(2 * time.Second)
+				rs.Restart()
+				redisRestarts++
+				continue
+			case "cut":
+				env.cut()
+				cuts++
+				continue
+			}
+			p := procs[mrand.IntN(len(procs))]
+			killedAt := time.Now()
+			p.kill()
+			kills++
+			// Give the surviving proxy time to commit its own successes;
+			// what is effected but still not done belonged to the victim.
+			time.Sleep(300 * time.Millisecond)
+			n := 0
+			for _, k := range dedupe(app.effectedSince(killedAt.Add(-10 * time.Second))) {
+				v, err := rdb.Get(context.Background(), "chaos:chaos:"+k).Result()
+				if err == nil && !strings.HasPrefix(v, "done:") || err == redis.Nil {
+					n++
+				}
+			}
+			if n > 0 {
+				inWindow++
+				windowKeys += n
+			}
+			p.start(t)
+		}
+	}()
+
+	<-pubDone
+	<-chaosDone
+	app.setFaults(false)
+	effected := func() bool {
+		c := app.counts()
+		for _, k := range pl.unique {
+			if c[k] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if !waitUntil(ctx, 200*time.Millisecond, effected) {
+		t.Errorf("not every key was effected before the deadline")
+	}
+	// Duplicates "minutes later": published after everything was processed.
+	pubLater := env.publisher(t)
+	for _, b := range pl.later {
+		pubLater(b)
+	}
+	// Drain: stop gracefully, count what is left, and let one proxy finish
+	// the rest if needed.
+	for round := 0; round < 10; round++ {
+		time.Sleep(3 * time.Second)
+		for _, p := range procs {
+			if code := p.term(t); code != 0 {
+				t.Errorf("proxy %d exited %d after SIGTERM", p.n, code)
+			}
+		}
+		left := env.pending(t)
+		if left == 0 {
+			break
+		}
+		t.Logf("%d messages still pending after round %d; running the proxies again", left, round)
+		for _, p := range procs {
+			p.start(t)
+		}
+		if round == 9 {
+			t.Errorf("%d messages never settled", left)
+		}
+	}
+
+	counts := app.counts()
+	planned := map[string]bool{}
+	for _, k := range pl.unique {
+		planned[k] = true
+		switch c := counts[k]; {
+		case c == 0:
+			res.lost++
+		case c > 1:
+			res.doubleNaive++
+		}
+	}
+	for k := range counts {
+		if !planned[k] {
+			t.Errorf("the app saw Idempotency-Key %q, which is no message's key: an honouring app could not dedupe it", k)
+		}
+	}
+	// An honouring app applies one effect per Idempotency-Key; it can act
+	// twice only if two requests for one message carried different keys,
+	// which the loop above rules out.
+	res.doubleHonouring = 0
+	res.kills, res.killsInWindow, res.windowKeys = kills, inWindow, windowKeys
+	res.redisRestarts, res.cuts = redisRestarts, cuts
+	res.commitFailed = logLines(logDir, "commit failed after the app succeeded")
+	res.leaseLost = logLines(logDir, "lease lost") + logLines(logDir, "commit refused")
+	app.mu.Lock()
+	res.appFailures, res.appTimeout = app.failed, app.timeout
+	app.mu.Unlock()
+	res.seconds = time.Since(start).Seconds()
+	resultsMu.Lock()
+	results = append(results, res)
+	resultsMu.Unlock()
+	t.Logf("%+v", res)
+
+	if res.lost != 0 {
+		t.Errorf("LOST %d keys", res.lost)
+	}
+	if res.doubleNaive > res.windowKeys {
+		t.Errorf("naive app: %d keys effected twice, but only %d keys were in the success→commit window at a kill", res.doubleNaive, res.windowKeys)
+	}
+	if kills < 20 || redisRestarts < 2 || cuts < 2 {
+		t.Errorf("not enough chaos: %d kills, %d Redis restarts, %d cuts", kills, redisRestarts, cuts)
+	}
+}
+
+func dedupe(keys []string) []string {
+	seen := map[string]bool{}
+	out := keys[:0]
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}

@@ -1,0 +1,6 @@
+// Package chaos is the fault suite behind the `chaos` build tag (make
+// chaos): the real dedupe-proxy binary as two processes in front of one
+// app that records every effect durably, while the suite SIGKILLs proxies,
+// kills and restarts Redis, cuts broker connections and makes the app fail
+// and time out — then counts every effect. See chaos_test.go.
+package chaos
