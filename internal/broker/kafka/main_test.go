@@ -1,0 +1,13 @@
+package kafka
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine the source, kafka-go or kfake starts must be gone when
+// the tests end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

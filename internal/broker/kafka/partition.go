@@ -1,0 +1,278 @@
+package kafka
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+)
+
+// partition is one assigned partition for one generation.
+type partition struct {
+	g     *generation
+	s     *Source
+	topic string
+	id    int
+	label string
+	start int64
+	track *tracker
+	lag   prometheus.Gauge
+	hwm   atomic.Int64
+
+	// OrderingKey: one lane per record key with messages running or
+	// waiting; a lane's goroutine ends when its queue is empty.
+	mu    sync.Mutex
+	lanes map[string]*lane
+	laneW sync.WaitGroup
+
+	heldMu  sync.Mutex
+	held    int // deliveries currently held (no dead letter possible)
+	failing bool
+}
+
+type lane struct {
+	queue []kafkago.Message
+}
+
+func newPartition(g *generation, topic string, id int, start int64) *partition {
+	label := strconv.Itoa(id)
+	p := &partition{
+		g:     g,
+		s:     g.s,
+		topic: topic,
+		id:    id,
+		label: label,
+		start: start,
+		track: newTracker(start),
+		lag:   g.s.m.KafkaLag.WithLabelValues(g.s.o.Name, topic, label),
+		lanes: map[string]*lane{},
+	}
+	p.hwm.Store(-1)
+	return p
+}
+
+// run reads the partition until genCtx ends (revocation) or the source
+// stops, hands each message to h (in order, or per key), and returns only
+// after every handler it started has returned.
+func (p *partition) run(genCtx context.Context, h broker.Handler) {
+	s := p.s
+	ctx, cancel := context.WithCancel(p.g.runCtx)
+	defer cancel()
+	stop := context.AfterFunc(genCtx, cancel)
+	defer stop()
+
+	r := kafkago.NewReader(kafkago.ReaderConfig{
+		Brokers:        s.o.Brokers,
+		Topic:          p.topic,
+		Partition:      p.id,
+		Dialer:         s.dialer,
+		MinBytes:       1,
+		MaxBytes:       10 << 20,
+		MaxWait:        s.o.FetchMaxWait,
+		QueueCapacity:  max(100, s.o.MaxInFlight),
+		ReadBackoffMin: 100 * time.Millisecond,
+		ReadBackoffMax: s.o.RetryBackoffMax,
+		Logger:         kafkaLogger(s.log, slog.LevelDebug),
+		ErrorLogger:    kafkaLogger(s.log, slog.LevelInfo),
+	})
+	defer r.Close()
+	_ = r.SetOffset(p.start) // fails only on a closed reader
+
+	backoff := s.o.RetryBackoff
+	for ctx.Err() == nil {
+		if !p.waitForRoom(ctx) {
+			break
+		}
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			// Connection resets and leader moves are transient: the
+			// reader reconnects by itself; keep asking.
+			p.setFailing(true)
+			s.log.Warn("kafka fetch failed, retrying", "topic", p.topic, "partition", p.id, "err", err, "retry_in", backoff.String())
+			if !sleepCtx(ctx, backoff) {
+				break
+			}
+			backoff = min(backoff*2, s.o.RetryBackoffMax)
+			continue
+		}
+		backoff = s.o.RetryBackoff
+		p.setFailing(false)
+		if !p.track.add(m.Offset) {
+			continue
+		}
+		if m.HighWaterMark > p.hwm.Load() {
+			p.hwm.Store(m.HighWaterMark)
+			p.updateLag()
+		}
+		if ctx.Err() != nil {
+			// Fetched, never handed out: it stays unfinished, so it is
+			// not committed past and is delivered again.
+			break
+		}
+		if s.o.Ordering == OrderingKey {
+			p.dispatchByKey(ctx, m, h)
+		} else {
+			p.handle(ctx, m, h)
+		}
+	}
+	p.laneW.Wait()
+	p.setFailing(false)
+}
+
+// waitForRoom holds the fetch loop (key mode) while MaxInFlight fetched
+// messages have not been passed by the commit mark.
+func (p *partition) waitForRoom(ctx context.Context) bool {
+	if p.s.o.Ordering != OrderingKey {
+		return true
+	}
+	for p.track.window() >= p.s.o.MaxInFlight {
+		select {
+		case <-p.track.space:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// dispatchByKey runs m after every earlier message with the same record
+// key; a message without a key is ordered with the other keyless ones.
+func (p *partition) dispatchByKey(ctx context.Context, m kafkago.Message, h broker.Handler) {
+	k := string(m.Key)
+	p.mu.Lock()
+	if l, ok := p.lanes[k]; ok {
+		l.queue = append(l.queue, m)
+		p.mu.Unlock()
+		return
+	}
+	l := &lane{}
+	p.lanes[k] = l
+	p.mu.Unlock()
+	p.laneW.Add(1)
+	go func() {
+		defer p.laneW.Done()
+		for {
+			// At most MaxInFlight handlers of the source at once: the
+			// app's connection pool is sized for that, not for
+			// MaxInFlight per partition.
+			select {
+			case p.s.slots <- struct{}{}:
+				p.handle(ctx, m, h)
+				<-p.s.slots
+			case <-ctx.Done():
+			}
+			p.mu.Lock()
+			if len(l.queue) == 0 || ctx.Err() != nil {
+				// Whatever is still queued stays unfinished.
+				delete(p.lanes, k)
+				p.mu.Unlock()
+				return
+			}
+			m = l.queue[0]
+			l.queue[0] = kafkago.Message{}
+			l.queue = l.queue[1:]
+			p.mu.Unlock()
+		}
+	}()
+}
+
+// handle gives m to h until it is finished (acked or dead-lettered) or the
+// partition stops. The pipeline requeues a Kafka message only when it
+// stops or the partition was lost; should it requeue one while the
+// partition is still ours, the message is handed over again after a
+// backoff rather than left unfinished, which would stall the commits.
+func (p *partition) handle(ctx context.Context, m kafkago.Message, h broker.Handler) {
+	s := p.s
+	backoff := s.o.RetryBackoff
+	redelivered := false
+	for ctx.Err() == nil {
+		d := p.newDelivery(ctx, m, redelivered)
+		h(d)
+		if d.held.Load() {
+			p.unhold()
+		}
+		switch d.state.Load() {
+		case stateAcked, stateDeadLettered:
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("kafka message given back while its partition is still assigned; delivering it again in place",
+			"topic", p.topic, "partition", p.id, "offset", m.Offset, "settled", d.state.Load() == stateRequeued)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, s.o.RetryBackoffMax)
+		redelivered = true
+	}
+}
+
+// finish marks a settled message and asks for a commit once CommitEvery
+// messages finished since the last one.
+func (p *partition) finish(off int64) {
+	if n := p.track.finish(off); n >= p.s.o.CommitEvery {
+		p.g.requestCommit()
+	}
+}
+
+func (p *partition) updateLag() {
+	hwm := p.hwm.Load()
+	if hwm < 0 {
+		return
+	}
+	base := p.track.committedOffset()
+	if base < 0 {
+		base = p.track.lowestUnfinished()
+	}
+	if base < 0 {
+		return
+	}
+	p.lag.Set(float64(max(hwm-base, 0)))
+}
+
+// setFailing is called by the fetch loop only.
+func (p *partition) setFailing(v bool) {
+	if v || p.failing {
+		p.s.fetchFailed(p, v)
+	}
+	p.failing = v
+}
+
+// hold records that a message of this partition cannot be dead-lettered:
+// the partition stops advancing until it succeeds.
+func (p *partition) hold(off int64, reason string, err error) {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	p.held++
+	if p.held == 1 {
+		p.s.held.Inc()
+	}
+	attrs := []any{"topic", p.topic, "partition", p.id, "offset", off, "reason", reason}
+	if err != nil {
+		attrs = append(attrs, "err", err.Error())
+		p.s.log.Error("kafka partition held: the dead letter could not be produced; retrying, nothing after this offset is committed", attrs...)
+		return
+	}
+	p.s.log.Error("kafka partition held: message keeps failing and no dead_letter_topic is set; retrying, nothing after this offset is committed", attrs...)
+}
+
+func (p *partition) unhold() {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	p.held--
+	if p.held == 0 {
+		p.s.held.Dec()
+		p.s.log.Info("kafka partition no longer held", "topic", p.topic, "partition", p.id)
+	}
+}

@@ -1,0 +1,618 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+)
+
+var groupSeq atomic.Int64
+
+func options(c *kafkatest.Cluster, topic string) kafka.Options {
+	return kafka.Options{
+		Name:              "orders",
+		Brokers:           c.Addrs,
+		Topics:            []string{topic},
+		Group:             fmt.Sprintf("g%d-%d", time.Now().UnixNano(), groupSeq.Add(1)),
+		CommitInterval:    100 * time.Millisecond,
+		SessionTimeout:    6 * time.Second,
+		HeartbeatInterval: time.Second,
+		RebalanceTimeout:  10 * time.Second,
+		RetryBackoff:      50 * time.Millisecond,
+		RetryBackoffMax:   500 * time.Millisecond,
+		Metrics:           metrics.New(nil),
+	}
+}
+
+type running struct {
+	s      *kafka.Source
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T, o kafka.Options, h broker.Handler) *running {
+	t.Helper()
+	s, err := kafka.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{s: s, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- s.Run(ctx, h) }()
+	t.Cleanup(func() { r.stop(t) })
+	eventually(t, 15*time.Second, "source ready", func() bool { return s.Ready() == nil })
+	return r
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s of cancel")
+	}
+	_ = r.s.Close()
+}
+
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func records(partitions, perPartition int) []kafkatest.Record {
+	var recs []kafkatest.Record
+	for i := range perPartition {
+		for p := range partitions {
+			recs = append(recs, kafkatest.Record{
+				Partition: p,
+				Key:       []byte(fmt.Sprintf("k%d", i%5)),
+				Value:     []byte(fmt.Sprintf(`{"meta":{"id":"p%d-%d"}}`, p, i)),
+				Headers: []kafkago.Header{
+					{Key: "content-type", Value: []byte("application/json")},
+					{Key: "bq-message-id", Value: []byte(fmt.Sprintf("p%d-%d", p, i))},
+				},
+			})
+		}
+	}
+	return recs
+}
+
+func allCommitted(t testing.TB, c *kafkatest.Cluster, group, topic string, want map[int]int64) func() bool {
+	return func() bool {
+		got := c.Committed(t, group, topic, len(want))
+		for p, w := range want {
+			if got[p] != w {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func uniform(n int, off int64) map[int]int64 {
+	m := map[int]int64{}
+	for p := range n {
+		m[p] = off
+	}
+	return m
+}
+
+// collector acks every delivery and records it.
+type collector struct {
+	mu   sync.Mutex
+	seen map[string]int // "p/offset" → deliveries
+	msgs []broker.Message
+}
+
+func (c *collector) handle(d broker.Delivery) {
+	m := *d.Message()
+	c.mu.Lock()
+	if c.seen == nil {
+		c.seen = map[string]int{}
+	}
+	c.seen[fmt.Sprintf("%d/%d", m.Partition, m.Offset)]++
+	c.msgs = append(c.msgs, m)
+	c.mu.Unlock()
+	if err := d.Ack(context.Background()); err != nil {
+		panic(err)
+	}
+}
+
+func (c *collector) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen)
+}
+
+func TestConsumeAllPartitionsAndCommit(t *testing.T) {
+	c := kafkatest.Start(t, 6, []string{"orders"})
+	c.Produce(t, "orders", records(6, 10)...)
+	o := options(c, "orders")
+	var col collector
+	start(t, o, col.handle)
+	eventually(t, 20*time.Second, "all 60 delivered", func() bool { return col.count() == 60 })
+	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(6, 10)))
+
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	for k, n := range col.seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", k, n)
+		}
+	}
+	m := col.msgs[0]
+	if m.Kind != "kafka" || m.Source != "orders" || m.Topic != "orders" || m.ContentType != "application/json" ||
+		m.Headers["bq-message-id"] == "" || len(m.RecordKey) == 0 || string(m.Body) == "" || m.Received.IsZero() {
+		t.Fatalf("message fields: %+v", m)
+	}
+	if want := fmt.Sprintf(`{"meta":{"id":"p%d-%d"}}`, m.Partition, m.Offset); string(m.Body) != want {
+		t.Fatalf("body %q at %d/%d, want %q", m.Body, m.Partition, m.Offset, want)
+	}
+}
+
+// Default ordering: one partition's messages reach the handler one at a
+// time and in offset order, while partitions run in parallel.
+func TestPartitionOrdering(t *testing.T) {
+	c := kafkatest.Start(t, 3, []string{"orders"})
+	c.Produce(t, "orders", records(3, 30)...)
+	o := options(c, "orders")
+	var mu sync.Mutex
+	last := map[int]int64{0: -1, 1: -1, 2: -1}
+	busy := map[int]bool{}
+	inflight, peak := 0, 0
+	var bad []string
+	n := 0
+	start(t, o, func(d broker.Delivery) {
+		m := d.Message()
+		mu.Lock()
+		if busy[m.Partition] {
+			bad = append(bad, fmt.Sprintf("partition %d: two messages at once", m.Partition))
+		}
+		if m.Offset != last[m.Partition]+1 {
+			bad = append(bad, fmt.Sprintf("partition %d: offset %d after %d", m.Partition, m.Offset, last[m.Partition]))
+		}
+		busy[m.Partition], last[m.Partition] = true, m.Offset
+		inflight++
+		peak = max(peak, inflight)
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		busy[m.Partition] = false
+		inflight--
+		n++
+		mu.Unlock()
+		_ = d.Ack(context.Background())
+	})
+	eventually(t, 20*time.Second, "all delivered", func() bool { mu.Lock(); defer mu.Unlock(); return n == 90 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("order broken: %v", bad)
+	}
+	if peak < 2 {
+		t.Errorf("partitions never ran in parallel (peak %d)", peak)
+	}
+}
+
+// Key ordering: different record keys of one partition overlap, one key's
+// messages never do and stay in offset order, keyless messages are
+// ordered among themselves, and the commit never passes a slow message.
+func TestKeyOrdering(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"orders"})
+	var recs []kafkatest.Record
+	for i := range 40 {
+		var key []byte
+		if i%5 != 4 {
+			key = []byte("k" + strconv.Itoa(i%5))
+		}
+		recs = append(recs, kafkatest.Record{Key: key, Value: []byte(strconv.Itoa(i))})
+	}
+	c.Produce(t, "orders", recs...)
+	o := options(c, "orders")
+	o.Ordering = kafka.OrderingKey
+	o.MaxInFlight = 16
+	var mu sync.Mutex
+	busy := map[string]bool{}
+	last := map[string]int64{}
+	inflight, peak, n := 0, 0, 0
+	var bad []string
+	start(t, o, func(d broker.Delivery) {
+		m := d.Message()
+		k := string(m.RecordKey)
+		mu.Lock()
+		if busy[k] {
+			bad = append(bad, fmt.Sprintf("key %q: two at once", k))
+		}
+		if l, ok := last[k]; ok && m.Offset <= l {
+			bad = append(bad, fmt.Sprintf("key %q: offset %d after %d", k, m.Offset, l))
+		}
+		busy[k], last[k] = true, m.Offset
+		inflight++
+		peak = max(peak, inflight)
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+		mu.Lock()
+		busy[k] = false
+		inflight--
+		n++
+		mu.Unlock()
+		_ = d.Ack(context.Background())
+	})
+	eventually(t, 20*time.Second, "all delivered", func() bool { mu.Lock(); defer mu.Unlock(); return n == 40 })
+	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 40)))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("key order broken: %v", bad)
+	}
+	if peak < 2 {
+		t.Fatalf("different keys never overlapped (peak %d)", peak)
+	}
+}
+
+// In key mode, a message that does not finish holds the commit at its
+// offset while later messages of other keys finish; max_in_flight stops
+// reading further; once it finishes the commit jumps past everything.
+func TestCommitNeverPassesUnfinished(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"orders"})
+	var recs []kafkatest.Record
+	for i := range 30 {
+		recs = append(recs, kafkatest.Record{Key: []byte("k" + strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))})
+	}
+	c.Produce(t, "orders", recs...)
+	o := options(c, "orders")
+	o.Ordering = kafka.OrderingKey
+	o.MaxInFlight = 10
+	release := make(chan struct{})
+	var handled atomic.Int64
+	start(t, o, func(d broker.Delivery) {
+		if d.Message().Offset == 3 {
+			select {
+			case <-release:
+			case <-d.Lost():
+				_ = d.Requeue(context.Background())
+				return
+			}
+		}
+		handled.Add(1)
+		_ = d.Ack(context.Background())
+	})
+	// Offsets 0-2 finish and pass the mark; 3 holds it; the window of 10
+	// (offsets 3-12) lets 4-12 run, and reading stops there.
+	eventually(t, 20*time.Second, "others finished", func() bool { return handled.Load() == 12 })
+	time.Sleep(500 * time.Millisecond) // several commit intervals
+	if got := c.Committed(t, o.Group, "orders", 1)[0]; got != 3 {
+		t.Fatalf("committed %d while offset 3 is unfinished, want 3", got)
+	}
+	if h := handled.Load(); h != 12 {
+		t.Fatalf("%d handled: max_in_flight 10 should stop reading after offset 12", h)
+	}
+	close(release)
+	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 30)))
+}
+
+// A Requeue while the partition is still assigned does not stall it: the
+// message is handed over again, marked redelivered.
+func TestRequeueWhileAssignedRedelivers(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"orders"})
+	c.Produce(t, "orders", records(1, 3)...)
+	o := options(c, "orders")
+	var mu sync.Mutex
+	var got []string
+	start(t, o, func(d broker.Delivery) {
+		m := d.Message()
+		mu.Lock()
+		got = append(got, fmt.Sprintf("%d:%v", m.Offset, m.Redelivered))
+		first := len(got) == 1
+		mu.Unlock()
+		if first {
+			_ = d.Requeue(context.Background())
+			return
+		}
+		_ = d.Ack(context.Background())
+	})
+	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 3)))
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != "[0:false 0:true 1:false 2:false]" {
+		t.Fatalf("deliveries = %v", got)
+	}
+}
+
+// Shutdown commits finished work even when no batch or interval commit was
+// due, and leaves the group, so the next member resumes right after it.
+func TestShutdownCommitsAndLeaves(t *testing.T) {
+	c := kafkatest.Start(t, 2, []string{"orders"})
+	c.Produce(t, "orders", records(2, 5)...)
+	o := options(c, "orders")
+	o.CommitInterval = time.Hour
+	o.CommitEvery = 1 << 20
+	var col collector
+	r := start(t, o, col.handle)
+	eventually(t, 10*time.Second, "all delivered", func() bool { return col.count() == 10 })
+	if got := c.Committed(t, o.Group, "orders", 2); got[0] != -1 || got[1] != -1 {
+		t.Fatalf("committed %v before shutdown; no commit was due", got)
+	}
+	r.stop(t)
+	if got := c.Committed(t, o.Group, "orders", 2); got[0] != 5 || got[1] != 5 {
+		t.Fatalf("committed %v after shutdown, want 5 and 5", got)
+	}
+	// The next member starts where the first stopped.
+	c.Produce(t, "orders", records(2, 1)...)
+	var col2 collector
+	start(t, o, col2.handle)
+	eventually(t, 10*time.Second, "new messages delivered", func() bool { return col2.count() == 2 })
+	time.Sleep(300 * time.Millisecond)
+	col2.mu.Lock()
+	defer col2.mu.Unlock()
+	for k := range col2.seen {
+		if k != "0/5" && k != "1/5" {
+			t.Fatalf("committed message %s delivered again", k)
+		}
+	}
+}
+
+// A rebalance closes Lost for the partitions the member had; what it
+// finished before is committed by the final commit of its generation.
+func TestRebalanceLostAndFinalCommit(t *testing.T) {
+	c := kafkatest.Start(t, 2, []string{"orders"})
+	c.Produce(t, "orders", records(2, 3)...)
+	c.Produce(t, "orders", kafkatest.Record{Partition: 0, Value: []byte("stuck")})
+	o := options(c, "orders")
+	o.CommitInterval = time.Hour
+	o.CommitEvery = 1 << 20
+	var lostSeen atomic.Bool
+	var a collector
+	start(t, o, func(d broker.Delivery) {
+		if string(d.Message().Body) == "stuck" && !lostSeen.Load() {
+			<-d.Lost() // only a rebalance or the stop frees it
+			lostSeen.Store(true)
+			_ = d.Requeue(context.Background())
+			return
+		}
+		a.handle(d)
+	})
+	eventually(t, 10*time.Second, "first member handled 6", func() bool { return a.count() == 6 })
+
+	// A second member joins: the first loses its generation; its final
+	// commit records 3 and 3, and "stuck" (offset 3) stays unfinished.
+	var b collector
+	start(t, o, b.handle)
+	eventually(t, 20*time.Second, "Lost closed on revocation", lostSeen.Load)
+	eventually(t, 20*time.Second, "stuck message redelivered after the rebalance", func() bool {
+		return a.count()+b.count() == 7
+	})
+	col := map[string]int{}
+	for _, x := range []*collector{&a, &b} {
+		x.mu.Lock()
+		for k, n := range x.seen {
+			col[k] += n
+		}
+		x.mu.Unlock()
+	}
+	for k, n := range col {
+		if n != 1 {
+			t.Errorf("%s delivered %d times: the final commit did not cover it", k, n)
+		}
+	}
+}
+
+func TestDeadLetterWithoutTopicHolds(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"orders"})
+	c.Produce(t, "orders", records(1, 2)...)
+	o := options(c, "orders")
+	m := o.Metrics
+	var calls atomic.Int64
+	start(t, o, func(d broker.Delivery) {
+		if d.Message().Offset == 0 && calls.Add(1) < 3 {
+			err := d.DeadLetter(context.Background(), broker.DeadLetterInfo{Reason: "permanent: status 400"})
+			if !errors.Is(err, broker.ErrNoDeadLetter) {
+				panic(fmt.Sprintf("DeadLetter = %v", err))
+			}
+			if v := testutil.ToFloat64(m.PartitionHeld.WithLabelValues("orders")); v != 1 {
+				panic(fmt.Sprintf("held gauge = %v", v))
+			}
+			// The pipeline keeps retrying; here the handler gives it
+			// back, and the source delivers it again in place.
+			_ = d.Requeue(context.Background())
+			return
+		}
+		_ = d.Ack(context.Background())
+	})
+	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
+	if v := testutil.ToFloat64(m.PartitionHeld.WithLabelValues("orders")); v != 0 {
+		t.Fatalf("held gauge = %v after the message finished", v)
+	}
+}
+
+func TestDeadLetterTopic(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"orders", "orders.dlq"})
+	c.Produce(t, "orders", kafkatest.Record{Key: []byte("rk"), Value: []byte("poison"),
+		Headers: []kafkago.Header{{Key: "x-tenant", Value: []byte("acme")}, {Key: broker.HeaderReason, Value: []byte("old")}}})
+	c.Produce(t, "orders", kafkatest.Record{Value: []byte("fine")})
+	o := options(c, "orders")
+	o.DeadLetterTopic = "orders.dlq"
+	start(t, o, func(d broker.Delivery) {
+		if string(d.Message().Body) == "poison" {
+			if err := d.DeadLetter(context.Background(), broker.DeadLetterInfo{Reason: "permanent: status 400", LastStatus: 400, Attempts: 1}); err != nil {
+				panic(err)
+			}
+			return
+		}
+		_ = d.Ack(context.Background())
+	})
+	eventually(t, 10*time.Second, "committed past the dead letter", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
+	msgs := c.Read(t, "orders.dlq", 0, 1, 10*time.Second)
+	if len(msgs) != 1 {
+		t.Fatalf("dead-letter topic holds %d messages", len(msgs))
+	}
+	dl := msgs[0]
+	h := map[string]string{}
+	reasons := 0
+	for _, x := range dl.Headers {
+		h[x.Key] = string(x.Value)
+		if x.Key == broker.HeaderReason {
+			reasons++
+		}
+	}
+	want := map[string]string{
+		broker.HeaderReason: "permanent: status 400", broker.HeaderLastStatus: "400", broker.HeaderAttempts: "1",
+		broker.HeaderSource: "orders", broker.HeaderOriginalTopic: "orders", broker.HeaderOriginalPart: "0",
+		broker.HeaderOriginalOffset: "0", "x-tenant": "acme", broker.HeaderLastError: "",
+	}
+	for k, v := range want {
+		if got, ok := h[k]; !ok || got != v {
+			t.Errorf("header %s = %q (present %v), want %q", k, got, ok, v)
+		}
+	}
+	if reasons != 1 || h[broker.HeaderDeadLetteredAt] == "" || string(dl.Key) != "rk" || string(dl.Value) != "poison" {
+		t.Fatalf("dead letter: key %q value %q headers %v", dl.Key, dl.Value, h)
+	}
+}
+
+// start_offset: latest skips what was produced before the group existed.
+func TestStartLatest(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"orders"})
+	c.Produce(t, "orders", records(1, 5)...)
+	o := options(c, "orders")
+	o.StartOffset = kafka.StartLatest
+	var col collector
+	start(t, o, col.handle)
+	time.Sleep(300 * time.Millisecond)
+	c.Produce(t, "orders", kafkatest.Record{Value: []byte("new")})
+	eventually(t, 10*time.Second, "new message delivered", func() bool { return col.count() == 1 })
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if string(col.msgs[0].Body) != "new" {
+		t.Fatalf("first delivery %q, want the one produced after joining", col.msgs[0].Body)
+	}
+}
+
+// Connections cut under the source, several times: it reconnects, fetch
+// errors are retried, every message arrives and the commit reaches the end.
+func TestConnectionCuts(t *testing.T) {
+	c := kafkatest.Start(t, 3, []string{"orders"})
+	o := options(c, "orders")
+	var col collector
+	r := start(t, o, func(d broker.Delivery) {
+		time.Sleep(time.Millisecond)
+		col.handle(d)
+	})
+	const per = 100
+	for round := range 3 {
+		c.Produce(t, "orders", records(3, per/3)...)
+		eventually(t, 20*time.Second, "progress", func() bool { return col.count() > round*per })
+		c.Cut()
+	}
+	want := int64(3 * (per / 3))
+	eventually(t, 60*time.Second, "committed to the end after the cuts", allCommitted(t, c, o.Group, "orders", uniform(3, want)))
+	if n := col.count(); n != int(3*want) {
+		t.Fatalf("%d distinct messages delivered, want %d", n, 3*want)
+	}
+	// A cut while the partitions are idle: once the readers are back,
+	// Ready must not keep reporting the old fetch errors.
+	c.Cut()
+	time.Sleep(100 * time.Millisecond)
+	eventually(t, 15*time.Second, "ready again while idle", func() bool { return r.s.Ready() == nil })
+}
+
+func TestSASL(t *testing.T) {
+	for _, mech := range []string{"plain", "scram-sha-256", "scram-sha-512"} {
+		t.Run(mech, func(t *testing.T) {
+			method := map[string]string{"plain": "PLAIN", "scram-sha-256": "SCRAM-SHA-256", "scram-sha-512": "SCRAM-SHA-512"}[mech]
+			c := kafkatest.Start(t, 1, []string{"orders", "orders.dlq"}, kfake.EnableSASL(), kfake.Superuser(method, "proxy", "s3cret"))
+			o := options(c, "orders")
+			o.SASL = kafka.SASL{Mechanism: mech, Username: "proxy", Password: "s3cret"}
+			o.DeadLetterTopic = "orders.dlq"
+
+			// The test's own producer cannot authenticate: produce with
+			// a source-like client instead.
+			w := &kafkago.Writer{Addr: kafkago.TCP(c.Addrs...), Topic: "orders", RequiredAcks: kafkago.RequireAll, BatchTimeout: time.Millisecond,
+				Transport: &kafkago.Transport{SASL: saslMech(t, o.SASL)}}
+			if err := w.WriteMessages(context.Background(), kafkago.Message{Value: []byte("a")}, kafkago.Message{Value: []byte("b")}); err != nil {
+				t.Fatal(err)
+			}
+			_ = w.Close()
+			w.Transport.(*kafkago.Transport).CloseIdleConnections()
+
+			var n atomic.Int64
+			start(t, o, func(d broker.Delivery) {
+				if n.Add(1) == 1 {
+					if err := d.DeadLetter(context.Background(), broker.DeadLetterInfo{Reason: "test"}); err != nil {
+						panic(err)
+					}
+					return
+				}
+				_ = d.Ack(context.Background())
+			})
+			eventually(t, 15*time.Second, "both settled", func() bool { return n.Load() == 2 })
+
+			// Wrong password: never a member, Ready says so, Run still
+			// stops cleanly.
+			bad := options(c, "orders")
+			bad.SASL = kafka.SASL{Mechanism: mech, Username: "proxy", Password: "wrong"}
+			s, err := kafka.New(bad)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx, func(d broker.Delivery) { panic("delivered without authentication") }) }()
+			time.Sleep(time.Second)
+			if s.Ready() == nil {
+				t.Error("Ready with a wrong password")
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func saslMech(t *testing.T, s kafka.SASL) sasl.Mechanism {
+	t.Helper()
+	if s.Mechanism == "plain" {
+		return plain.Mechanism{Username: s.Username, Password: s.Password}
+	}
+	algo := scram.SHA256
+	if s.Mechanism == "scram-sha-512" {
+		algo = scram.SHA512
+	}
+	m, err := scram.Mechanism(algo, s.Username, s.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

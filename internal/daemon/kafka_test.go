@@ -1,0 +1,662 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"go.uber.org/goleak"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
+)
+
+const (
+	kTopic = "orders"
+	kDLQ   = "orders.dlq"
+)
+
+// kafkaHarness is one Kafka test's world: its own in-process Kafka
+// (kfake), a recording app, a key prefix of its own in the shared Redis,
+// and proxies started in-process from a real Config.
+type kafkaHarness struct {
+	*harness
+	kc    *kafkatest.Cluster
+	parts int
+}
+
+func newKafkaHarness(t *testing.T, partitions int, mutate func(*config.Config)) *kafkaHarness {
+	t.Helper()
+	kc := kafkatest.Start(t, int32(partitions), []string{kTopic, kDLQ})
+	h := &kafkaHarness{harness: &harness{t: t, app: testutil.NewApp(t)}, kc: kc, parts: partitions}
+	cfg := config.Default()
+	cfg.Consumer = "test"
+	cfg.Admin.Listen = ""
+	cfg.ShutdownTimeout = 10 * time.Second
+	cfg.App.URL = h.app.URL
+	cfg.App.Timeout = 5 * time.Second
+	cfg.SeenSet.Lease = 3 * time.Second
+	cfg.SeenSet.Redis.Addrs = []string{redisAddr()}
+	cfg.SeenSet.Redis.Prefix = testutil.UniqueName("dptest:") + ":"
+	cfg.Delivery.BackoffInitial = 20 * time.Millisecond
+	cfg.Delivery.BackoffMax = 200 * time.Millisecond
+	cfg.Delivery.BusyDelay = 100 * time.Millisecond
+	src := config.DefaultSource()
+	src.Name = "orders"
+	src.Type = "kafka"
+	// BabelQueue's Kafka binding puts meta.id in the bq-message-id header.
+	src.Key = []string{"header:bq-message-id", "json:meta.id"}
+	k := &src.Kafka
+	k.Brokers = kc.Addrs
+	k.Topics = []string{kTopic}
+	k.Group = testutil.UniqueName("dptest-group-")
+	k.CommitInterval = 100 * time.Millisecond
+	k.SessionTimeout = 6 * time.Second // kfake's minimum
+	k.HeartbeatInterval = time.Second
+	k.RebalanceTimeout = 10 * time.Second
+	cfg.Sources = []config.Source{src}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("test config invalid: %v", err)
+	}
+	h.cfg = cfg
+	t.Cleanup(func() { h.cleanupKeys() })
+	return h
+}
+
+// msg is one record to produce: an envelope with meta.id id (also in the
+// bq-message-id header unless id is empty).
+func kmsg(partition int, recordKey, id, note string) kafkatest.Record {
+	r := kafkatest.Record{Partition: partition, Value: envelope(id, note),
+		Headers: []kafkago.Header{{Key: "content-type", Value: []byte("application/json")}}}
+	if recordKey != "" {
+		r.Key = []byte(recordKey)
+	}
+	if id != "" {
+		r.Headers = append(r.Headers, kafkago.Header{Key: "bq-message-id", Value: []byte(id)})
+	}
+	return r
+}
+
+func (h *kafkaHarness) produce(recs ...kafkatest.Record) { h.kc.Produce(h.t, kTopic, recs...) }
+
+func (h *kafkaHarness) committed() map[int]int64 {
+	return h.kc.Committed(h.t, h.cfg.Sources[0].Kafka.Group, kTopic, h.parts)
+}
+
+func (h *kafkaHarness) committedTotal() int64 {
+	var n int64
+	for _, o := range h.committed() {
+		n += max(o, 0)
+	}
+	return n
+}
+
+func (p *proxy) gauge(t testing.TB, name string) float64 {
+	return counter(t, p.d.Registry(), name, nil)
+}
+
+// Every idempotency sequence of BabelQueue's conformance suite over
+// Kafka: each delivery produced as a record with the bq-message-id header
+// (the Kafka binding) and the envelope, the handler's outcome played by
+// the app's status (ok → 200, throw → 400: dead-lettered, id unmarked),
+// effects = app invocations for "run".
+func TestKafkaBabelQueueIdempotencySequences(t *testing.T) {
+	dir := testutil.BabelQueueDir(t)
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Idempotency struct {
+			Sequences struct {
+				Cases []struct {
+					Name       string
+					Deliveries []struct {
+						MetaID       string `json:"meta_id"`
+						ExpectEffect string `json:"expect_effect"`
+						Outcome      string `json:"outcome"`
+						ForgetBefore bool   `json:"forget_before"`
+					}
+					ExpectedEffects int `json:"expected_effects"`
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	cases := manifest.Idempotency.Sequences.Cases
+	if len(cases) == 0 {
+		t.Fatal("manifest has no idempotency sequences")
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			h := newKafkaHarness(t, 1, func(c *config.Config) { c.Sources[0].Kafka.DeadLetterTopic = kDLQ })
+			var mu sync.Mutex
+			var outcome string
+			h.app.SetRespond(func(*testutil.Request, int) int {
+				mu.Lock()
+				defer mu.Unlock()
+				if outcome == "throw" {
+					return http.StatusBadRequest
+				}
+				return http.StatusOK
+			})
+			p := h.start()
+			effects, throws := 0, 0
+			for i, d := range c.Deliveries {
+				if d.ForgetBefore {
+					if _, err := p.d.Store().Forget(context.Background(), "test:"+d.MetaID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				mu.Lock()
+				outcome = d.Outcome
+				mu.Unlock()
+				before, settled := h.app.Count(), p.settled(t)
+				h.produce(kmsg(0, "", d.MetaID, strconv.Itoa(i)))
+				testutil.Eventually(t, 15*time.Second, fmt.Sprintf("delivery %d settled", i), func() bool { return p.settled(t) == settled+1 })
+				ran := h.app.Count() - before
+				switch d.ExpectEffect {
+				case "run":
+					if ran != 1 {
+						t.Fatalf("delivery %d (%q): app called %d times, want 1", i, d.MetaID, ran)
+					}
+					effects++
+					if d.Outcome == "throw" {
+						throws++
+					}
+				case "skip":
+					if ran != 0 {
+						t.Fatalf("delivery %d (%q): app called %d times, want 0 (skip)", i, d.MetaID, ran)
+					}
+				}
+			}
+			if effects != c.ExpectedEffects || h.app.Count() != c.ExpectedEffects {
+				t.Fatalf("effects = %d, app requests = %d, want %d", effects, h.app.Count(), c.ExpectedEffects)
+			}
+			n := int64(len(c.Deliveries))
+			testutil.Eventually(t, 10*time.Second, "every delivery committed", func() bool { return h.committed()[0] == n })
+			if got := p.result(t, "dead_lettered"); got != float64(throws) {
+				t.Fatalf("dead-lettered %v, want %d (one per throw)", got, throws)
+			}
+			if dl := h.kc.Read(t, kDLQ, 0, throws+1, 2*time.Second); len(dl) != throws {
+				t.Fatalf("dead-letter topic holds %d records, want %d", len(dl), throws)
+			}
+		})
+	}
+}
+
+// The request carries topic, partition, offset, record key, the content
+// type and allow-listed record headers.
+func TestKafkaForwardedHeaders(t *testing.T) {
+	h := newKafkaHarness(t, 2, func(c *config.Config) {
+		c.App.HeaderAllowlist = []string{"x-tenant"}
+		c.Sources[0].Path = "/hooks/orders"
+	})
+	p := h.start()
+	r := kmsg(1, "cust-7", "hdr-1", "")
+	r.Headers = append(r.Headers, kafkago.Header{Key: "x-tenant", Value: []byte("acme")}, kafkago.Header{Key: "x-secret", Value: []byte("no")},
+		kafkago.Header{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")})
+	h.produce(kmsg(1, "cust-7", "hdr-0", ""), r)
+	testutil.Eventually(t, 10*time.Second, "forwarded", func() bool { return p.result(t, "forwarded") == 2 })
+	req := h.app.Requests()[1]
+	checks := map[string]string{
+		"Idempotency-Key":     "hdr-1",
+		"Content-Type":        "application/json",
+		"X-Dedupe-Source":     "orders",
+		"X-Dedupe-Broker":     "kafka",
+		"X-Dedupe-Topic":      kTopic,
+		"X-Dedupe-Partition":  "1",
+		"X-Dedupe-Offset":     "1",
+		"X-Dedupe-Record-Key": "cust-7",
+		"X-Tenant":            "acme",
+		"X-Secret":            "",
+		"Traceparent":         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	}
+	for k, v := range checks {
+		if got := req.Header.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	if req.Path != "/hooks/orders" || string(req.Body) != string(envelope("hdr-1", "")) {
+		t.Errorf("path %q body %q", req.Path, req.Body)
+	}
+}
+
+// Two proxies in one group; one is stopped mid-stream and the other takes
+// its partitions over: every message effected exactly once, none skipped.
+func TestKafkaTwoProxiesRebalance(t *testing.T) {
+	h := newKafkaHarness(t, 6, nil)
+	h.app.SetRespond(func(*testutil.Request, int) int { time.Sleep(time.Millisecond); return http.StatusOK })
+	p1, p2 := h.start(), h.start()
+	const n = 600
+	var recs []kafkatest.Record
+	for i := range n {
+		recs = append(recs, kmsg(i%6, "c"+strconv.Itoa(i%17), fmt.Sprintf("rb-%d", i), ""))
+	}
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for i := 0; i < n; i += 50 {
+			h.produce(recs[i : i+50]...)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, "a third handled", func() bool { return h.app.Count() > n/3 })
+	p1.stop(t)
+	<-produced
+	testutil.Eventually(t, 60*time.Second, "every message effected", func() bool { return len(h.app.Effects()) == n })
+	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committedTotal() == n })
+	for k, c := range h.app.Effects() {
+		if c != 1 {
+			t.Errorf("key %s effected %d times", k, c)
+		}
+	}
+	f1, f2 := p1.result(t, "forwarded"), p2.result(t, "forwarded")
+	if f1 == 0 || f2 == 0 || f1+f2 != n {
+		t.Errorf("forwarded %v + %v, want both > 0 and %d in total", f1, f2, n)
+	}
+}
+
+// A restart resumes at the committed offset: nothing committed is
+// delivered again. Messages delivered again past the commit (here: an
+// operator rewinds the group, as a crash before the commit would leave
+// it) are recognised as duplicates and not forwarded.
+func TestKafkaRestartResumesAtCommit(t *testing.T) {
+	// Registered first, so it runs after every other cleanup: the proxies,
+	// kfake and the app must leave no goroutine behind.
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	h := newKafkaHarness(t, 3, func(c *config.Config) {
+		// No interval commits: only batches of 1000 and the final commit.
+		c.Sources[0].Kafka.CommitInterval = time.Hour
+		c.Sources[0].Kafka.CommitEvery = 1000
+	})
+	batch := func(from, to int) []kafkatest.Record {
+		var r []kafkatest.Record
+		for i := from; i < to; i++ {
+			r = append(r, kmsg(i%3, "", fmt.Sprintf("rs-%d", i), ""))
+		}
+		return r
+	}
+	h.produce(batch(0, 30)...)
+	p1 := h.start()
+	testutil.Eventually(t, 15*time.Second, "first 30 forwarded", func() bool { return p1.result(t, "forwarded") == 30 })
+	p1.stop(t)
+	if got := h.committed(); got[0] != 10 || got[1] != 10 || got[2] != 10 {
+		t.Fatalf("committed %v after a clean stop, want 10 each", got)
+	}
+
+	h.produce(batch(30, 45)...)
+	p2 := h.start()
+	testutil.Eventually(t, 15*time.Second, "next 15 forwarded", func() bool { return p2.result(t, "forwarded") == 15 })
+	time.Sleep(300 * time.Millisecond)
+	if d := p2.result(t, "duplicate"); d != 0 {
+		t.Fatalf("%v committed messages delivered again after the restart", d)
+	}
+	p2.stop(t)
+	if h.app.Count() != 45 {
+		t.Fatalf("app requests = %d, want 45", h.app.Count())
+	}
+
+	h.kc.SetCommitted(t, h.cfg.Sources[0].Kafka.Group, kTopic, map[int]int64{0: 0, 1: 0, 2: 0})
+	p3 := h.start()
+	testutil.Eventually(t, 15*time.Second, "all 45 redelivered as duplicates", func() bool { return p3.result(t, "duplicate") == 45 })
+	if f := p3.result(t, "forwarded"); f != 0 || h.app.Count() != 45 {
+		t.Fatalf("forwarded %v again (app requests %d): redeliveries must be duplicates", f, h.app.Count())
+	}
+	p3.stop(t)
+	if got := h.committed(); got[0] != 15 || got[1] != 15 || got[2] != 15 {
+		t.Fatalf("committed %v, want 15 each", got)
+	}
+}
+
+// A poison message (app answers 400) goes to the dead-letter topic with
+// its reason and origin, and its partition carries on past it.
+func TestKafkaPoisonToDeadLetterTopic(t *testing.T) {
+	h := newKafkaHarness(t, 2, func(c *config.Config) { c.Sources[0].Kafka.DeadLetterTopic = kDLQ })
+	h.app.SetRespond(func(r *testutil.Request, _ int) int {
+		if r.Key == "poison" {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
+	p := h.start()
+	poison := kmsg(0, "rk-1", "poison", "")
+	poison.Headers = append(poison.Headers, kafkago.Header{Key: "x-tenant", Value: []byte("acme")})
+	h.produce(kmsg(0, "", "ok-0", ""), poison, kmsg(0, "", "ok-1", ""), kmsg(0, "", "ok-2", ""), kmsg(1, "", "ok-3", ""), kmsg(1, "", "ok-4", ""))
+	testutil.Eventually(t, 15*time.Second, "all settled", func() bool {
+		return p.result(t, "forwarded") == 5 && p.result(t, "dead_lettered") == 1
+	})
+	testutil.Eventually(t, 10*time.Second, "committed past the poison", func() bool {
+		c := h.committed()
+		return c[0] == 4 && c[1] == 2
+	})
+	dl := h.kc.Read(t, kDLQ, 0, 1, 10*time.Second)
+	if len(dl) != 1 {
+		t.Fatalf("dead-letter topic holds %d records", len(dl))
+	}
+	hd := map[string]string{}
+	for _, x := range dl[0].Headers {
+		hd[x.Key] = string(x.Value)
+	}
+	want := map[string]string{
+		broker.HeaderReason: "permanent: status 400", broker.HeaderLastStatus: "400", broker.HeaderAttempts: "1",
+		broker.HeaderSource: "orders", broker.HeaderOriginalTopic: kTopic, broker.HeaderOriginalPart: "0",
+		broker.HeaderOriginalOffset: "1", "x-tenant": "acme", "bq-message-id": "poison",
+	}
+	for k, v := range want {
+		if hd[k] != v {
+			t.Errorf("dead letter header %s = %q, want %q", k, hd[k], v)
+		}
+	}
+	if string(dl[0].Key) != "rk-1" || string(dl[0].Value) != string(envelope("poison", "")) || hd[broker.HeaderDeadLetteredAt] == "" {
+		t.Errorf("dead letter key %q value %q", dl[0].Key, dl[0].Value)
+	}
+	if s := h.status("poison"); s.State != seenset.Absent {
+		t.Errorf("poison key is %s after the dead letter, want absent (a redrive is forwarded)", s.State)
+	}
+}
+
+// Without a dead-letter topic a poison message holds its partition: later
+// messages of that partition are not forwarded and the offset is not
+// committed past it, while other partitions carry on. Once the app
+// accepts it, the partition moves again.
+func TestKafkaNoDeadLetterHoldsPartition(t *testing.T) {
+	h := newKafkaHarness(t, 2, func(c *config.Config) { c.Delivery.MaxAttempts = 2 })
+	var fixed atomic.Bool
+	h.app.SetRespond(func(r *testutil.Request, _ int) int {
+		if r.Key == "poison" && !fixed.Load() {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
+	p := h.start()
+	recs := []kafkatest.Record{kmsg(0, "", "a-0", ""), kmsg(0, "", "poison", ""), kmsg(0, "", "a-2", ""), kmsg(0, "", "a-3", "")}
+	for i := range 10 {
+		recs = append(recs, kmsg(1, "", fmt.Sprintf("b-%d", i), ""))
+	}
+	h.produce(recs...)
+	testutil.Eventually(t, 15*time.Second, "other partition done", func() bool { return h.committed()[1] == 10 })
+	testutil.Eventually(t, 10*time.Second, "partition held", func() bool { return p.gauge(t, "dedupe_proxy_kafka_partitions_held") == 1 })
+	testutil.Eventually(t, 10*time.Second, "poison retried", func() bool { return len(h.app.Requests()) >= 11+3 })
+	for range 5 {
+		if c := h.committed()[0]; c != 1 {
+			t.Fatalf("partition 0 committed at %d while offset 1 is unfinished, want 1", c)
+		}
+		for _, r := range h.app.Requests() {
+			if r.Key == "a-2" || r.Key == "a-3" {
+				t.Fatalf("%s forwarded past the held message", r.Key)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if p.result(t, "dead_lettered") != 0 {
+		t.Fatal("dead-lettered without a dead-letter topic")
+	}
+	fixed.Store(true)
+	testutil.Eventually(t, 15*time.Second, "partition 0 moves again", func() bool { return h.committed()[0] == 4 })
+	if g := p.gauge(t, "dedupe_proxy_kafka_partitions_held"); g != 0 {
+		t.Fatalf("held gauge = %v after the partition moved", g)
+	}
+	for k, c := range h.app.Effects() {
+		if c != 1 {
+			t.Errorf("key %s effected %d times", k, c)
+		}
+	}
+	if n := len(h.app.Effects()); n != 14 {
+		t.Fatalf("%d keys effected, want 14", n)
+	}
+}
+
+// Default ordering: within a partition the app sees messages one at a
+// time, in offset order.
+func TestKafkaOrderWithinPartition(t *testing.T) {
+	h := newKafkaHarness(t, 6, nil)
+	var mu sync.Mutex
+	busy := map[string]bool{}
+	last := map[string]int{}
+	var bad []string
+	inflight, peak := 0, 0
+	h.app.SetRespond(func(r *testutil.Request, _ int) int {
+		part, off := r.Header.Get("X-Dedupe-Partition"), r.Header.Get("X-Dedupe-Offset")
+		o, _ := strconv.Atoi(off)
+		mu.Lock()
+		if busy[part] {
+			bad = append(bad, "partition "+part+": two at once")
+		}
+		if l, ok := last[part]; ok && o != l+1 {
+			bad = append(bad, fmt.Sprintf("partition %s: offset %d after %d", part, o, l))
+		}
+		busy[part], last[part] = true, o
+		inflight++
+		peak = max(peak, inflight)
+		mu.Unlock()
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+		mu.Lock()
+		busy[part] = false
+		inflight--
+		mu.Unlock()
+		return http.StatusOK
+	})
+	p := h.start()
+	var recs []kafkatest.Record
+	for i := range 240 {
+		recs = append(recs, kmsg(i%6, "k"+strconv.Itoa(i%7), fmt.Sprintf("ord-%d", i), ""))
+	}
+	h.produce(recs...)
+	testutil.Eventually(t, 30*time.Second, "all forwarded", func() bool { return p.result(t, "forwarded") == 240 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("partition order broken: %v", bad)
+	}
+	if peak < 2 {
+		t.Errorf("partitions never forwarded in parallel (peak %d)", peak)
+	}
+}
+
+// ordering: key — within one partition, messages with different record
+// keys are at the app together, one key's messages never are and arrive
+// in offset order; keyless messages are ordered among themselves.
+func TestKafkaKeyOrdering(t *testing.T) {
+	h := newKafkaHarness(t, 1, func(c *config.Config) {
+		c.Sources[0].Kafka.Ordering = "key"
+		c.Sources[0].Kafka.MaxInFlight = 16
+	})
+	var mu sync.Mutex
+	busy := map[string]bool{}
+	last := map[string]int{}
+	var bad []string
+	inflight, peak := 0, 0
+	h.app.SetRespond(func(r *testutil.Request, _ int) int {
+		k := r.Header.Get("X-Dedupe-Record-Key") // "" for keyless records
+		o, _ := strconv.Atoi(r.Header.Get("X-Dedupe-Offset"))
+		mu.Lock()
+		if busy[k] {
+			bad = append(bad, fmt.Sprintf("record key %q: two at once", k))
+		}
+		if l, ok := last[k]; ok && o <= l {
+			bad = append(bad, fmt.Sprintf("record key %q: offset %d after %d", k, o, l))
+		}
+		busy[k], last[k] = true, o
+		inflight++
+		peak = max(peak, inflight)
+		mu.Unlock()
+		time.Sleep(15 * time.Millisecond)
+		mu.Lock()
+		busy[k] = false
+		inflight--
+		mu.Unlock()
+		return http.StatusOK
+	})
+	p := h.start()
+	var recs []kafkatest.Record
+	for i := range 60 {
+		rk := ""
+		if i%6 != 5 {
+			rk = "cust-" + strconv.Itoa(i%6)
+		}
+		recs = append(recs, kmsg(0, rk, fmt.Sprintf("key-%d", i), ""))
+	}
+	h.produce(recs...)
+	testutil.Eventually(t, 30*time.Second, "all forwarded", func() bool { return p.result(t, "forwarded") == 60 })
+	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committed()[0] == 60 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("key order broken: %v", bad)
+	}
+	if peak < 3 {
+		t.Fatalf("different record keys did not overlap (peak concurrency %d)", peak)
+	}
+}
+
+// App unreachable: nothing is committed past unfinished work, nothing is
+// lost; everything is forwarded once the app is up.
+func TestKafkaAppDown(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	h := newKafkaHarness(t, 2, func(c *config.Config) {
+		c.App.URL = "http://" + addr
+		c.Delivery.MaxAttempts = 3
+	})
+	p := h.start()
+	const n = 20
+	var recs []kafkatest.Record
+	for i := range n {
+		recs = append(recs, kmsg(i%2, "", fmt.Sprintf("down-%d", i), ""))
+	}
+	h.produce(recs...)
+	testutil.Eventually(t, 10*time.Second, "attempts while the app is down", func() bool {
+		return counter(t, p.d.Registry(), "dedupe_proxy_app_responses_total", map[string]string{"class": "error"}) >= 4
+	})
+	time.Sleep(time.Second)
+	if s := p.settled(t); s != 0 {
+		t.Fatalf("%v messages settled while the app was down", s)
+	}
+	if c := h.committed(); c[0] > 0 || c[1] > 0 {
+		t.Fatalf("committed %v while the app was down", c)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h.app.Config.Handler)
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	testutil.Eventually(t, 30*time.Second, "all forwarded once the app is up", func() bool { return p.result(t, "forwarded") == n })
+	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committedTotal() == n })
+	for k, c := range h.app.Effects() {
+		if c != 1 {
+			t.Errorf("key %s effected %d times", k, c)
+		}
+	}
+}
+
+// Redis unreachable: fail closed — nothing forwarded, nothing committed;
+// everything once it is back.
+func TestKafkaRedisDown(t *testing.T) {
+	rs := testutil.StartRedis(t)
+	h := newKafkaHarness(t, 2, func(c *config.Config) {
+		c.SeenSet.Redis.Addrs = []string{rs.Addr()}
+		c.SeenSet.Redis.DialTimeout = 200 * time.Millisecond
+		c.SeenSet.Redis.ReadTimeout = 200 * time.Millisecond
+		c.SeenSet.Redis.WriteTimeout = 200 * time.Millisecond
+	})
+	p := h.start()
+	rs.Kill()
+	const n = 20
+	var recs []kafkatest.Record
+	for i := range n {
+		recs = append(recs, kmsg(i%2, "", fmt.Sprintf("rd-%d", i), ""))
+	}
+	h.produce(recs...)
+	testutil.Eventually(t, 10*time.Second, "store errors seen", func() bool { return p.event(t, "store_error") > 0 })
+	time.Sleep(time.Second)
+	if h.app.Count() != 0 || p.settled(t) != 0 {
+		t.Fatalf("app called %d times, %v settled while Redis was down", h.app.Count(), p.settled(t))
+	}
+	if c := h.committed(); c[0] > 0 || c[1] > 0 {
+		t.Fatalf("committed %v while Redis was down", c)
+	}
+	rs.Restart()
+	testutil.Eventually(t, 30*time.Second, "all forwarded after Redis is back", func() bool { return p.result(t, "forwarded") == n })
+	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committedTotal() == n })
+	for k, c := range h.app.Effects() {
+		if c != 1 {
+			t.Errorf("key %s effected %d times", k, c)
+		}
+	}
+}
+
+// The broker's connections are cut mid-stream, three times: the proxy
+// reconnects, nothing is lost and nothing is effected twice.
+func TestKafkaBrokerConnectionCut(t *testing.T) {
+	h := newKafkaHarness(t, 3, nil)
+	h.app.SetRespond(func(*testutil.Request, int) int { time.Sleep(time.Millisecond); return http.StatusOK })
+	p := h.start()
+	const n = 300
+	for round := range 3 {
+		var recs []kafkatest.Record
+		for i := round * n / 3; i < (round+1)*n/3; i++ {
+			recs = append(recs, kmsg(i%3, "", fmt.Sprintf("cut-%d", i), ""))
+		}
+		h.produce(recs...)
+		testutil.Eventually(t, 20*time.Second, "progress before the cut", func() bool { return h.app.Count() > round*n/3 })
+		h.kc.Cut()
+	}
+	testutil.Eventually(t, 60*time.Second, "every key effected", func() bool { return len(h.app.Effects()) == n })
+	testutil.Eventually(t, 30*time.Second, "committed to the end", func() bool { return h.committedTotal() == n })
+	testutil.Eventually(t, 10*time.Second, "ready again", func() bool { return p.d.Ready(context.Background()) == nil })
+	for k, c := range h.app.Effects() {
+		if c != 1 {
+			t.Errorf("key %s effected %d times", k, c)
+		}
+	}
+}
+
+// A key another replica is forwarding (busy) holds its partition: the
+// message waits and re-claims, and the messages after it wait too, so the
+// partition's order is kept. When the other replica lets go, both go
+// through, in order.
+func TestKafkaBusyKeyWaitsInOrder(t *testing.T) {
+	h := newKafkaHarness(t, 1, nil)
+	p := h.start()
+	ctx := context.Background()
+	if res, err := p.d.Store().Claim(ctx, "test:busy-1", "other-replica", 30*time.Second); err != nil || res != seenset.Claimed {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	h.produce(kmsg(0, "", "busy-1", ""), kmsg(0, "", "busy-2", ""))
+	testutil.Eventually(t, 10*time.Second, "busy seen", func() bool { return p.event(t, "busy") >= 2 })
+	if h.app.Count() != 0 {
+		t.Fatalf("app called %d times while the first key was busy", h.app.Count())
+	}
+	if err := p.d.Store().Release(ctx, "test:busy-1", "other-replica"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "both forwarded", func() bool { return p.result(t, "forwarded") == 2 })
+	if r := h.app.Requests(); r[0].Key != "busy-1" || r[1].Key != "busy-2" {
+		t.Fatalf("order %s, %s", r[0].Key, r[1].Key)
+	}
+	testutil.Eventually(t, 10*time.Second, "committed", func() bool { return h.committed()[0] == 2 })
+}
