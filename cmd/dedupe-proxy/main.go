@@ -13,7 +13,9 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/admin"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/daemon"
 )
@@ -25,6 +27,10 @@ const usage = `dedupe-proxy: consume from a broker, skip duplicates, forward the
 Usage:
   dedupe-proxy run      --config FILE   run the proxy until SIGTERM/SIGINT
   dedupe-proxy validate --config FILE   check a config file; exit 1 listing every error
+  dedupe-proxy keys status KEY --config FILE
+                                        show a message key: absent, inflight or done, and its TTL
+  dedupe-proxy keys forget KEY --config FILE
+                                        forget a key so its next delivery is forwarded again
   dedupe-proxy version                  print the version
 
 --config defaults to $DEDUPE_PROXY_CONFIG. Every setting can be overridden
@@ -44,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0
-	case "run", "validate":
+	case "run", "validate", "keys":
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -53,7 +59,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", os.Getenv(config.EnvConfigFile), "config file (YAML)")
-	if err := fs.Parse(rest); err != nil {
+	args, err := parseInterspersed(fs, rest)
+	if err != nil {
+		return 2
+	}
+	switch {
+	case cmd == "keys" && (len(args) != 2 || (args[0] != "status" && args[0] != "forget")):
+		fmt.Fprintf(stderr, "keys: want `keys status KEY` or `keys forget KEY`\n\n%s", usage)
+		return 2
+	case cmd != "keys" && len(args) > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", cmd, args[0])
 		return 2
 	}
 	if *path == "" {
@@ -66,8 +81,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if cmd == "validate" {
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintf(stdout, "warning: %s\n", w)
+		}
 		fmt.Fprintf(stdout, "%s: ok (%d source(s), consumer %q)\n", *path, len(cfg.Sources), cfg.Consumer)
 		return 0
+	}
+	if cmd == "keys" {
+		return keys(cfg, args[0], args[1], stdout, stderr)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -82,6 +103,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// keys talks to the seen-set directly, with the proxy's own config; the
+// operations are internal/admin's, the same the admin API serves.
+func keys(cfg *config.Config, sub, key string, stdout, stderr io.Writer) int {
+	st, err := daemon.NewStore(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "keys: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	k := &admin.Keys{Store: st, Consumer: cfg.Consumer}
+	if err := k.Command(ctx, sub, key, stdout); err != nil {
+		fmt.Fprintf(stderr, "keys %s: %v\n", sub, err)
+		return 1
+	}
+	return 0
+}
+
+// parseInterspersed allows flags before, between and after the positional
+// arguments (`keys status KEY --config FILE`); after "--" everything is
+// positional, for a key that starts with '-'.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// flag stops at the first non-flag argument, or right after "--".
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
 }
 
 func indent(err error) string {

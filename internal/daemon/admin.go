@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,15 +34,39 @@ func (d *Daemon) adminMux() *http.ServeMux {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	// One line per check, "name: ok" or "name: <why>"; 503 unless all pass.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := d.Ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
+		var b strings.Builder
+		status := http.StatusOK
+		for _, c := range d.checks(ctx) {
+			if c.err != nil {
+				status = http.StatusServiceUnavailable
+				// "seenset: seenset: store unavailable" says it twice.
+				fmt.Fprintf(&b, "%s: %s\n", c.name, strings.TrimPrefix(c.err.Error(), c.name+": "))
+				continue
+			}
+			fmt.Fprintf(&b, "%s: ok\n", c.name)
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(b.String()))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	if d.keysAPI != nil {
+		// Without a token the routes do not exist: 404.
+		mux.Handle("/v1/keys/", d.keysAPI)
+	}
+	if d.cfg.Admin.Pprof {
+		// Registered on our mux: importing net/http/pprof also fills
+		// http.DefaultServeMux, which nothing serves.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/admin"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	kafkasrc "github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
@@ -50,6 +52,8 @@ type Daemon struct {
 	sources  []source
 	admin    *http.Server
 	adminLn  net.Listener
+	health   *appHealth   // nil without app.health_url
+	keysAPI  http.Handler // nil unless an admin token is configured
 }
 
 type source struct {
@@ -91,6 +95,24 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	d.fwd = fwd
+	var gate pipeline.Gate
+	if cfg.App.HealthURL != "" {
+		d.health = newAppHealth(func(ctx context.Context) error { return fwd.Probe(ctx, cfg.App.HealthURL) },
+			cfg.App.HealthInterval, d.log, d.metrics.AppUp)
+		gate = d.health
+	}
+	token, err := admin.LoadToken(cfg.Admin)
+	if err != nil {
+		d.closeStore()
+		return nil, err
+	}
+	if token != "" {
+		k := &admin.Keys{Store: d.store, Consumer: cfg.Consumer, Observe: d.observeStore}
+		d.keysAPI = k.Handler(token, d.log)
+	}
+	for _, w := range cfg.Warnings() {
+		d.log.Warn(w.Msg, "field", w.Path)
+	}
 	dl := cfg.Delivery
 	d.pipe = pipeline.New(pipeline.Options{
 		Consumer:             cfg.Consumer,
@@ -109,6 +131,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		LogBodies:            cfg.Log.Bodies,
 		Logger:               d.log,
 		Metrics:              d.metrics,
+		Gate:                 gate,
 	})
 	for _, sc := range cfg.Sources {
 		src, err := d.newSource(sc)
@@ -130,6 +153,11 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 			Requeues:             src.Requeues(),
 		})})
 	}
+	d.metrics.SetConnectedProbe(func(set func(string, bool)) {
+		for _, s := range d.sources {
+			set(s.src.Name(), s.src.Ready() == nil)
+		}
+	})
 	return d, nil
 }
 
@@ -161,6 +189,28 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 				}
 			},
 		}), nil
+	case "kafka":
+		k := sc.Kafka
+		return kafkasrc.New(kafkasrc.Options{
+			Name:              sc.Name,
+			Brokers:           k.Brokers,
+			Topics:            k.Topics,
+			Group:             k.Group,
+			StartOffset:       k.StartOffset,
+			Ordering:          k.Ordering,
+			MaxInFlight:       k.MaxInFlight,
+			CommitInterval:    k.CommitInterval,
+			CommitEvery:       k.CommitEvery,
+			SessionTimeout:    k.SessionTimeout,
+			HeartbeatInterval: k.HeartbeatInterval,
+			RebalanceTimeout:  k.RebalanceTimeout,
+			DeadLetterTopic:   k.DeadLetterTopic,
+			SASL:              kafkasrc.SASL{Mechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password},
+			TLS: kafkasrc.TLS{Enabled: k.TLS.Enabled, CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile,
+				KeyFile: k.TLS.KeyFile, InsecureSkipVerify: k.TLS.InsecureSkipVerify},
+			Logger:  d.log,
+			Metrics: d.metrics,
+		})
 	}
 	return nil, fmt.Errorf("unknown source type %q", sc.Type)
 }
@@ -206,18 +256,44 @@ func (d *Daemon) AdminAddr() string {
 	return d.adminLn.Addr().String()
 }
 
-// Ready is nil when every source is connected and the store answers.
+// Ready is nil when every source is connected, the store answers and,
+// with app.health_url, the app's last health check passed.
 func (d *Daemon) Ready(ctx context.Context) error {
 	var errs []error
-	for _, s := range d.sources {
-		if err := s.src.Ready(); err != nil {
-			errs = append(errs, fmt.Errorf("source %s: %w", s.src.Name(), err))
+	for _, c := range d.checks(ctx) {
+		if c.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.name, c.err))
 		}
 	}
-	if err := d.store.Ping(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("seen-set: %w", err))
-	}
 	return errors.Join(errs...)
+}
+
+type check struct {
+	name string
+	err  error
+}
+
+// checks are /readyz's lines, in a fixed order.
+func (d *Daemon) checks(ctx context.Context) []check {
+	var cs []check
+	for _, s := range d.sources {
+		cs = append(cs, check{"source " + s.src.Name(), s.src.Ready()})
+	}
+	start := time.Now()
+	err := d.store.Ping(ctx)
+	d.observeStore("ping", start, err)
+	cs = append(cs, check{"seenset", err})
+	if d.health != nil {
+		cs = append(cs, check{"app", d.health.Err()})
+	}
+	return cs
+}
+
+func (d *Daemon) observeStore(op string, start time.Time, err error) {
+	d.metrics.StoreDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil {
+		d.metrics.StoreErrors.WithLabelValues(op).Inc()
+	}
 }
 
 // Run runs until ctx is cancelled, then shuts down in order: stop fetching
@@ -231,6 +307,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("dedupe-proxy starting", "version", Version, "consumer", d.cfg.Consumer, "sources", len(d.sources),
 		"seenset", d.cfg.SeenSet.Backend, "app", d.cfg.App.URL)
+
+	healthDone := make(chan struct{})
+	hctx, stopHealth := context.WithCancel(context.Background())
+	defer stopHealth()
+	if d.health != nil {
+		go func() { defer close(healthDone); d.health.run(hctx) }()
+	} else {
+		close(healthDone)
+	}
 
 	var wg sync.WaitGroup
 	for _, s := range d.sources {
@@ -258,6 +343,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.pipe.Abort()
 		<-sourcesDone
 	}
+	// Nothing waits at the gate any more: the prober can stop before the
+	// forwarder it probes through is closed.
+	stopHealth()
+	<-healthDone
 	var errs []error
 	for _, s := range d.sources {
 		if err := s.src.Close(); err != nil {

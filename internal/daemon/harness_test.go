@@ -34,6 +34,8 @@ type harness struct {
 	queue  string
 	app    *testutil.App
 	cfg    config.Config
+	// logger, when set, replaces testLogger (tests that read the log).
+	logger *slog.Logger
 }
 
 func newHarness(t *testing.T, mutate func(*config.Config)) *harness {
@@ -94,7 +96,11 @@ type proxy struct {
 func (h *harness) start() *proxy {
 	h.t.Helper()
 	cfg := h.cfg
-	d, err := New(&cfg, Deps{Logger: testLogger(h.t)})
+	log := h.logger
+	if log == nil {
+		log = testLogger(h.t)
+	}
+	d, err := New(&cfg, Deps{Logger: log})
 	if err != nil {
 		h.t.Fatalf("daemon.New: %v", err)
 	}

@@ -6,6 +6,8 @@
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,12 +31,14 @@ const (
 	EventSettleFailed   = "settle_failed"    // ack/nack failed (connection lost; the broker redelivers)
 	EventBodyTooLarge   = "body_too_large"   // larger than delivery.max_body_bytes
 	EventDeadLetterFail = "dead_letter_fail" // the dead-letter publish failed; requeued or retried instead
+	EventFailed         = "failed"           // given up on: permanent answer, retries exhausted or body too large
+	EventAppWait        = "app_wait"         // held before its claim because app.health_url said the app was down
 )
 
 var (
 	results = []string{Forwarded, Duplicate, DeadLettered, Requeued}
 	events  = []string{EventNoKey, EventBusy, EventRetry, EventStoreError, EventStoreFailOpen, EventCommitFailed,
-		EventLeaseLost, EventSettleFailed, EventBodyTooLarge, EventDeadLetterFail}
+		EventLeaseLost, EventSettleFailed, EventBodyTooLarge, EventDeadLetterFail, EventFailed, EventAppWait}
 	classes  = []string{"2xx", "3xx", "4xx", "5xx", "error"}
 	storeOps = []string{"claim", "renew", "commit", "release", "forget", "status", "ping"}
 )
@@ -55,6 +59,8 @@ type Metrics struct {
 	KafkaCommits    *prometheus.CounterVec
 	KafkaCommitFail *prometheus.CounterVec
 	PartitionHeld   *prometheus.GaugeVec
+
+	connected *refreshed
 }
 
 // New creates the collectors and registers them on reg (nil: not
@@ -124,9 +130,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.StoreDuration.WithLabelValues(op)
 		m.StoreErrors.WithLabelValues(op)
 	}
+	m.connected = &refreshed{GaugeVec: m.Connected}
 	if reg != nil {
 		reg.MustRegister(m.Messages, m.Events, m.ForwardDuration, m.AppResponses, m.StoreDuration, m.StoreErrors,
-			m.InFlight, m.Reconnects, m.Connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld)
+			m.InFlight, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld)
 	}
 	m.AppUp.Set(1)
 	return m
@@ -153,6 +160,40 @@ func (m *Metrics) InitSource(source, kind string) {
 		m.KafkaCommitFail.WithLabelValues(source)
 		m.PartitionHeld.WithLabelValues(source)
 	}
+}
+
+// SetConnectedProbe makes every collection of dedupe_proxy_broker_connected
+// first ask probe, per source, whether it is connected. Sources set the
+// gauge to 1 when they connect; the probe is what brings it back to 0 when
+// a connection is lost, whichever source type lost it.
+func (m *Metrics) SetConnectedProbe(probe func(set func(source string, connected bool))) {
+	m.connected.mu.Lock()
+	m.connected.probe = probe
+	m.connected.mu.Unlock()
+}
+
+// refreshed is the Connected gauge vec, refreshed from a probe right
+// before it is collected.
+type refreshed struct {
+	*prometheus.GaugeVec
+	mu    sync.Mutex
+	probe func(set func(source string, connected bool))
+}
+
+func (r *refreshed) Collect(ch chan<- prometheus.Metric) {
+	r.mu.Lock()
+	probe := r.probe
+	r.mu.Unlock()
+	if probe != nil {
+		probe(func(source string, connected bool) {
+			v := 0.0
+			if connected {
+				v = 1
+			}
+			r.GaugeVec.WithLabelValues(source).Set(v)
+		})
+	}
+	r.GaugeVec.Collect(ch)
 }
 
 // StatusClass maps an HTTP status (0: no response) to its label.

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+func redisAddr() string {
+	if a := os.Getenv("DEDUPE_TEST_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// `keys status` and `keys forget` against the shared Redis, under a key
+// prefix of the test's own, with the proxy's config file.
+func TestKeysCommand(t *testing.T) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	prefix := "dptest:cli:" + hex.EncodeToString(b) + ":"
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	cfg := fmt.Sprintf(`consumer: cli-test
+seenset:
+  redis:
+    addrs: [%q]
+    prefix: %q
+sources:
+  - name: orders
+    rabbitmq:
+      queue: orders
+`, redisAddr(), prefix)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{redisAddr()}, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+		defer c.Close()
+		ctx := context.Background()
+		for it := c.Scan(ctx, 0, prefix+"*", 100).Iterator(); it.Next(ctx); {
+			c.Del(ctx, it.Val())
+		}
+	})
+	ctx := context.Background()
+	if _, err := st.Claim(ctx, "cli-test:order-7", "tok", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, "cli-test:order-7", "tok", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	cli := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	code, out, errOut := cli("keys", "status", "order-7", "--config", cfgPath)
+	if code != 0 || !strings.HasPrefix(out, `{"key":"order-7","state":"done","ttl_seconds":3`) {
+		t.Fatalf("keys status = %d %q %q", code, out, errOut)
+	}
+	// Flags before the arguments work too.
+	code, out, errOut = cli("keys", "--config", cfgPath, "forget", "order-7")
+	if code != 0 || out != `{"key":"order-7","forgotten":true}`+"\n" {
+		t.Fatalf("keys forget = %d %q %q", code, out, errOut)
+	}
+	if s, _ := st.Status(ctx, "cli-test:order-7"); s.State != seenset.Absent {
+		t.Fatalf("state after forget = %s", s.State)
+	}
+	code, out, _ = cli("keys", "status", "--config", cfgPath, "--", "-12")
+	if code != 0 || out != `{"key":"-12","state":"absent","ttl_seconds":0}`+"\n" {
+		t.Fatalf("keys status after --: %d %q", code, out)
+	}
+	for _, bad := range [][]string{
+		{"keys", "status", "--config", cfgPath},
+		{"keys", "purge", "k", "--config", cfgPath},
+		{"keys", "status", "a", "b", "--config", cfgPath},
+		{"validate", "extra", "--config", cfgPath},
+	} {
+		if code, _, _ := cli(bad...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+	if code, _, _ := cli("keys", "status", "k", "--config", filepath.Join(t.TempDir(), "missing.yaml")); code != 1 {
+		t.Errorf("missing config: exit %d, want 1", code)
+	}
+}
+
+func TestValidatePrintsWarnings(t *testing.T) {
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	_ = os.WriteFile(cfgPath, []byte(`consumer: c
+seenset:
+  ttl: 1h
+sources:
+  - name: orders
+    max_redelivery_delay: 48h
+    rabbitmq:
+      queue: orders
+`), 0o600)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"validate", "--config", cfgPath}, &out, &errOut); code != 0 {
+		t.Fatalf("validate: %d %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "warning: sources[0].max_redelivery_delay: ") {
+		t.Fatalf("no warning in %q", out.String())
+	}
+}

@@ -1,0 +1,219 @@
+// Package admin is the operator's side of the seen-set: inspect a message
+// key (absent, inflight or done, with its remaining TTL) and forget it for
+// an intentional replay. The same Keys serve the admin listener's
+// /v1/keys/{key} API, behind a bearer token, and the `dedupe-proxy keys`
+// command, which talks to the store directly.
+//
+// Keys are message keys as the app sees them in Idempotency-Key; Keys
+// namespaces them with the consumer ("<consumer>:<key>") exactly as the
+// pipeline does, so an operator never types the prefix.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+// ErrInvalidKey is returned for a key no message can have: empty, longer
+// than keys.MaxKeyBytes or not UTF-8.
+var ErrInvalidKey = errors.New("admin: invalid key")
+
+// Keys inspects and forgets one consumer's message keys.
+type Keys struct {
+	Store    seenset.Store
+	Consumer string
+	// Observe, when set, is told about every store operation (metrics).
+	Observe func(op string, start time.Time, err error)
+}
+
+// KeyStatus is the answer of GET /v1/keys/{key} and `keys status`.
+type KeyStatus struct {
+	Key string `json:"key"`
+	// State is absent, inflight or done.
+	State string `json:"state"`
+	// TTLSeconds is the time left on the lease (inflight) or on the done
+	// mark; 0 when absent.
+	TTLSeconds float64 `json:"ttl_seconds"`
+}
+
+// ForgetResult is the answer of DELETE /v1/keys/{key} and `keys forget`.
+type ForgetResult struct {
+	Key string `json:"key"`
+	// Forgotten is true when the key existed (inflight or done) and was
+	// removed; false when it was absent already.
+	Forgotten bool `json:"forgotten"`
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(key) > keys.MaxKeyBytes:
+		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidKey, keys.MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: not UTF-8", ErrInvalidKey)
+	}
+	return nil
+}
+
+func (k *Keys) observe(op string, start time.Time, err error) {
+	if k.Observe != nil {
+		k.Observe(op, start, err)
+	}
+}
+
+// Status reports where key is in its life.
+func (k *Keys) Status(ctx context.Context, key string) (KeyStatus, error) {
+	if err := checkKey(key); err != nil {
+		return KeyStatus{}, err
+	}
+	start := time.Now()
+	st, err := k.Store.Status(ctx, k.Consumer+":"+key)
+	k.observe("status", start, err)
+	if err != nil {
+		return KeyStatus{}, err
+	}
+	return KeyStatus{Key: key, State: st.State.String(), TTLSeconds: math.Round(st.TTL.Seconds()*1000) / 1000}, nil
+}
+
+// Forget removes key whatever its state, so the next delivery of it is
+// forwarded again. Forgetting an inflight key also lets a redelivery be
+// forwarded while the first forward may still be running.
+func (k *Keys) Forget(ctx context.Context, key string) (ForgetResult, error) {
+	if err := checkKey(key); err != nil {
+		return ForgetResult{}, err
+	}
+	start := time.Now()
+	existed, err := k.Store.Forget(ctx, k.Consumer+":"+key)
+	k.observe("forget", start, err)
+	if err != nil {
+		return ForgetResult{}, err
+	}
+	return ForgetResult{Key: key, Forgotten: existed}, nil
+}
+
+// Command runs `keys status KEY` or `keys forget KEY` and prints the same
+// JSON the API answers, one line.
+func (k *Keys) Command(ctx context.Context, sub, key string, stdout io.Writer) error {
+	var v any
+	var err error
+	switch sub {
+	case "status":
+		v, err = k.Status(ctx, key)
+	case "forget":
+		v, err = k.Forget(ctx, key)
+	default:
+		return fmt.Errorf("unknown keys command %q (want status or forget)", sub)
+	}
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(v)
+}
+
+// LoadToken returns the API token: admin.token, or the trimmed content of
+// admin.token_file (read once, at start). "" means the API is off.
+func LoadToken(c config.Admin) (string, error) {
+	if c.TokenFile == "" {
+		return c.Token, nil
+	}
+	raw, err := os.ReadFile(c.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("admin.token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(raw))
+	if tok == "" {
+		return "", fmt.Errorf("admin.token_file %s: is empty", c.TokenFile)
+	}
+	return tok, nil
+}
+
+// Handler serves GET and DELETE /v1/keys/{key} for requests that carry
+// "Authorization: Bearer <token>"; every other request under /v1/keys/
+// gets 401. token must not be empty: without one, do not mount the API.
+func (k *Keys) Handler(token string, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	// {key...}: a key may contain '/'.
+	mux.HandleFunc("GET /v1/keys/{key...}", func(w http.ResponseWriter, r *http.Request) {
+		st, err := k.Status(r.Context(), r.PathValue("key"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	mux.HandleFunc("DELETE /v1/keys/{key...}", func(w http.ResponseWriter, r *http.Request) {
+		res, err := k.Forget(r.Context(), r.PathValue("key"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		// An intentional replay is worth a line in the log, always.
+		log.Info("key forgotten via the admin API", "key", res.Key, "existed", res.Forgotten, "remote", r.RemoteAddr)
+		writeJSON(w, http.StatusOK, res)
+	})
+	return requireToken(token, mux)
+}
+
+// requireToken compares SHA-256 digests in constant time: the comparison
+// takes as long whatever the presented token, its length included.
+func requireToken(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := bearer(r.Header.Get("Authorization"))
+		sum := sha256.Sum256([]byte(got))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dedupe-proxy"`)
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "missing or wrong bearer token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func bearer(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status := http.StatusServiceUnavailable // the store could not answer
+	if errors.Is(err, ErrInvalidKey) || errors.Is(err, seenset.ErrInvalidArgument) {
+		status = http.StatusBadRequest
+	}
+	writeJSON(w, status, errorBody{Error: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

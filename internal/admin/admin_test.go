@@ -1,0 +1,134 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+func serve(t *testing.T, h http.Handler, method, path, auth string) (int, string) {
+	t.Helper()
+	r := httptest.NewRequest(method, path, nil)
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, strings.TrimSpace(w.Body.String())
+}
+
+func TestHandlerNamespacesAndAnswersJSON(t *testing.T) {
+	st := seenset.NewMemory()
+	defer st.Close()
+	ctx := context.Background()
+	if _, err := st.Claim(ctx, "orders-worker:k1", "tok", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, "orders-worker:k1", "tok", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	k := &Keys{Store: st, Consumer: "orders-worker"}
+	h := k.Handler("t", nil)
+
+	code, body := serve(t, h, "GET", "/v1/keys/k1", "Bearer t")
+	if code != 200 || !strings.HasPrefix(body, `{"key":"k1","state":"done","ttl_seconds":`) {
+		t.Fatalf("GET done key = %d %s", code, body)
+	}
+	if code, body := serve(t, h, "GET", "/v1/keys/orders-worker:k1", "Bearer t"); code != 200 || !strings.Contains(body, `"state":"absent"`) {
+		t.Fatalf("the prefix must not be typed: %d %s", code, body)
+	}
+	if code, body := serve(t, h, "DELETE", "/v1/keys/k1", "Bearer t"); code != 200 || body != `{"key":"k1","forgotten":true}` {
+		t.Fatalf("DELETE = %d %s", code, body)
+	}
+	if s, _ := st.Status(ctx, "orders-worker:k1"); s.State != seenset.Absent {
+		t.Fatalf("store state after forget = %s", s.State)
+	}
+	if code, _ := serve(t, h, "GET", "/v1/keys/k1", ""); code != 401 {
+		t.Fatalf("no token = %d", code)
+	}
+}
+
+type downStore struct{ seenset.Store }
+
+func (downStore) Status(context.Context, string) (seenset.Status, error) {
+	return seenset.Status{}, seenset.ErrUnavailable
+}
+
+func TestHandlerStoreDownIs503(t *testing.T) {
+	var ops []string
+	k := &Keys{Store: downStore{}, Consumer: "c", Observe: func(op string, _ time.Time, err error) {
+		if err != nil {
+			ops = append(ops, op)
+		}
+	}}
+	if code, _ := serve(t, k.Handler("t", nil), "GET", "/v1/keys/x", "Bearer t"); code != http.StatusServiceUnavailable {
+		t.Fatalf("store down = %d, want 503", code)
+	}
+	if len(ops) != 1 || ops[0] != "status" {
+		t.Fatalf("observed failures %v", ops)
+	}
+}
+
+func TestBearer(t *testing.T) {
+	for _, tc := range []struct {
+		h, tok string
+		ok     bool
+	}{
+		{"Bearer abc", "abc", true},
+		{"bearer  abc ", "abc", true},
+		{"Bearer", "", false},
+		{"Bearer ", "", false},
+		{"Basic abc", "", false},
+		{"abc", "", false},
+	} {
+		if tok, ok := bearer(tc.h); tok != tc.tok || ok != tc.ok {
+			t.Errorf("bearer(%q) = %q %v", tc.h, tok, ok)
+		}
+	}
+}
+
+func TestLoadToken(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "tok")
+	_ = os.WriteFile(f, []byte("\tsecret \n"), 0o600)
+	for _, tc := range []struct {
+		c    config.Admin
+		want string
+		err  bool
+	}{
+		{config.Admin{}, "", false},
+		{config.Admin{Token: "inline"}, "inline", false},
+		{config.Admin{TokenFile: f}, "secret", false},
+		{config.Admin{TokenFile: filepath.Join(t.TempDir(), "missing")}, "", true},
+	} {
+		got, err := LoadToken(tc.c)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("LoadToken(%+v) = %q, %v", tc.c, got, err)
+		}
+	}
+}
+
+func TestCommand(t *testing.T) {
+	st := seenset.NewMemory()
+	defer st.Close()
+	k := &Keys{Store: st, Consumer: "c"}
+	var out bytes.Buffer
+	if err := k.Command(context.Background(), "status", "x", &out); err != nil || out.String() != `{"key":"x","state":"absent","ttl_seconds":0}`+"\n" {
+		t.Fatalf("status: %v %q", err, out.String())
+	}
+	if err := k.Command(context.Background(), "nope", "x", &out); err == nil {
+		t.Fatal("unknown sub-command accepted")
+	}
+	if err := k.Command(context.Background(), "forget", "", &out); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+}
