@@ -98,8 +98,14 @@ type Source struct {
 	Path         string   `mapstructure:"path"`
 	Key          []string `mapstructure:"key"`
 	OnMissingKey string   `mapstructure:"on_missing_key"`
-	RabbitMQ     RabbitMQ `mapstructure:"rabbitmq"`
-	Kafka        Kafka    `mapstructure:"kafka"`
+	// MaxRedeliveryDelay is the longest time after which this source may
+	// deliver a message again (a delayed retry loop, a producer's retry
+	// window, Kafka retention). 0 means unknown. When it exceeds
+	// seenset.ttl the proxy warns at start: such a duplicate is forwarded
+	// again.
+	MaxRedeliveryDelay time.Duration `mapstructure:"max_redelivery_delay"`
+	RabbitMQ           RabbitMQ      `mapstructure:"rabbitmq"`
+	Kafka              Kafka         `mapstructure:"kafka"`
 }
 
 // RabbitMQ is an AMQP 0-9-1 queue consumer.

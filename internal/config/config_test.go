@@ -91,6 +91,13 @@ func TestEnvOverridesEveryKindOfField(t *testing.T) {
 		"DEDUPE_PROXY_SOURCES_0_RABBITMQ_DEAD_LETTER_MODE=dlx",
 		"DEDUPE_PROXY_SOURCES_0_KEY=header:x-id,json:meta.id",
 		"DEDUPE_PROXY_CONFIG=ignored-here",
+		// Kubernetes service links for a Service named dedupe-proxy.
+		"DEDUPE_PROXY_SERVICE_HOST=10.0.0.9",
+		"DEDUPE_PROXY_SERVICE_PORT=9090",
+		"DEDUPE_PROXY_SERVICE_PORT_ADMIN=9090",
+		"DEDUPE_PROXY_PORT=tcp://10.0.0.9:9090",
+		"DEDUPE_PROXY_PORT_9090_TCP=tcp://10.0.0.9:9090",
+		"DEDUPE_PROXY_PORT_9090_TCP_ADDR=10.0.0.9",
 		"OTHER_VAR=1",
 	}
 	cfg, err := Load("testdata/valid-minimal.yaml", env)
@@ -173,6 +180,7 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 		{"sources[0].rabbitmq.dead_letter.mode", func(c *Config) { c.Sources[0].RabbitMQ.DeadLetter.Mode = "drop" }},
 		{"sources[0].rabbitmq.dead_letter", func(c *Config) { c.Sources[0].RabbitMQ.DeadLetter.Mode = "publish" }},
 		{"sources[0].on_missing_key", func(c *Config) { c.Sources[0].OnMissingKey = "dead_letter" }},
+		{"sources[0].max_redelivery_delay", func(c *Config) { c.Sources[0].MaxRedeliveryDelay = -time.Second }},
 		{"sources[1].kafka.brokers", func(c *Config) { c.Sources[1].Kafka.Brokers = nil }},
 		{"sources[1].kafka.group", func(c *Config) { c.Sources[1].Kafka.Group = "" }},
 		{"sources[1].kafka.start_offset", func(c *Config) { c.Sources[1].Kafka.StartOffset = "middle" }},
@@ -180,7 +188,11 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 		{"sources[1].kafka.heartbeat_interval", func(c *Config) { c.Sources[1].Kafka.HeartbeatInterval = 5 * time.Second }},
 		{"sources[1].kafka.sasl", func(c *Config) { c.Sources[1].Kafka.SASL.Mechanism = "plain" }},
 		{"sources[1].kafka.sasl.mechanism", func(c *Config) { c.Sources[1].Kafka.SASL.Mechanism = "gssapi" }},
-		{"sources[1].kafka.tls", func(c *Config) { c.Sources[1].Kafka.TLS.CertFile = "c.pem" }},
+		{"sources[1].kafka.tls", func(c *Config) { c.Sources[1].Kafka.TLS.Enabled = true; c.Sources[1].Kafka.TLS.CertFile = "c.pem" }},
+		{"sources[1].kafka.tls.enabled", func(c *Config) { c.Sources[1].Kafka.TLS.CAFile = "ca.pem" }},
+		{"sources[1].kafka.brokers[0]", func(c *Config) { c.Sources[1].Kafka.Brokers = []string{"kafka"} }},
+		{"sources[1].kafka.topics[0]", func(c *Config) { c.Sources[1].Kafka.Topics = []string{""} }},
+		{"sources[1].kafka.dead_letter_topic", func(c *Config) { c.Sources[1].Kafka.DeadLetterTopic = c.Sources[1].Kafka.Topics[0] }},
 		{"sources[1].kafka.dead_letter_topic", func(c *Config) { c.Sources[1].OnMissingKey = "dead_letter" }},
 	}
 	for _, tc := range cases {

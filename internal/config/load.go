@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,7 +90,7 @@ func Load(path string, environ []string) (*Config, error) {
 
 	var unknown []string
 	for name := range env {
-		if strings.HasPrefix(name, EnvPrefix) && !used[name] {
+		if strings.HasPrefix(name, EnvPrefix) && !used[name] && !serviceLinkRE.MatchString(name) {
 			unknown = append(unknown, name)
 		}
 	}
@@ -113,6 +114,12 @@ func Load(path string, environ []string) (*Config, error) {
 // decode maps input onto out (which holds the defaults) one leaf at a
 // time: mapstructure stops at the first failing hook within a struct, and
 // an operator should see every bad value in one run.
+// serviceLinkRE matches the variables Kubernetes injects for a Service
+// (a release named dedupe-proxy gets DEDUPE_PROXY_SERVICE_HOST,
+// DEDUPE_PROXY_PORT_9090_TCP, ...). They are not settings, and treating
+// them as typos would crash-loop the pod.
+var serviceLinkRE = regexp.MustCompile(`_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)?)$`)
+
 func decode(input map[string]any, out any, prefix string) []error {
 	var errs []error
 	var walk func(m map[string]any, t reflect.Type, path []string)
@@ -175,7 +182,17 @@ func setAny(m map[string]any, path []string, val any) {
 }
 
 func durationHook(from, to reflect.Type, data any) (any, error) {
-	if to != reflect.TypeOf(time.Duration(0)) || from.Kind() != reflect.String {
+	if to != reflect.TypeOf(time.Duration(0)) {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.String:
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		// A bare number would be read as nanoseconds: "ttl: 10" meant ten
+		// somethings, never 10ns.
+		return nil, fmt.Errorf("%v needs a unit (use 500ms, 30s, 5m, 24h)", data)
+	default:
 		return data, nil
 	}
 	d, err := time.ParseDuration(data.(string))

@@ -82,8 +82,9 @@ func (c *Config) Validate() error {
 		p.add("app.retry_statuses", "%v", err)
 	}
 	if c.App.HealthURL != "" {
-		if u, err := url.Parse(c.App.HealthURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-			p.add("app.health_url", "must be an http:// or https:// URL, got %q", redact(c.App.HealthURL))
+		if u, err := url.Parse(c.App.HealthURL); err != nil ||
+			!(strings.HasPrefix(c.App.HealthURL, "/") || (u.Scheme == "http" || u.Scheme == "https") && u.Host != "") {
+			p.add("app.health_url", "must be a path on app.url (/healthz) or an http:// or https:// URL, got %q", redact(c.App.HealthURL))
 		}
 		p.positive("app.health_interval", c.App.HealthInterval)
 	}
@@ -160,6 +161,9 @@ func (s *Source) validate(at string, p *problems) {
 		}
 	}
 	p.oneOf(at+".on_missing_key", s.OnMissingKey, "forward", "dead_letter")
+	if s.MaxRedeliveryDelay < 0 {
+		p.add(at+".max_redelivery_delay", "must not be negative (0: unknown), got %s", s.MaxRedeliveryDelay)
+	}
 	switch s.Type {
 	case "rabbitmq":
 		r := s.RabbitMQ
@@ -214,7 +218,48 @@ func (s *Source) validate(at string, p *problems) {
 		if s.OnMissingKey == "dead_letter" && k.DeadLetterTopic == "" {
 			p.add(at+".dead_letter_topic", "must be set when on_missing_key is dead_letter")
 		}
+		for i, b := range k.Brokers {
+			if _, _, err := net.SplitHostPort(b); err != nil {
+				p.add(fmt.Sprintf("%s.brokers[%d]", at, i), "must be host:port, got %q", b)
+			}
+		}
+		for i, t := range k.Topics {
+			if t == "" {
+				p.add(fmt.Sprintf("%s.topics[%d]", at, i), "must not be empty")
+			}
+		}
+		if k.DeadLetterTopic != "" && slices.Contains(k.Topics, k.DeadLetterTopic) {
+			// Its dead letters would come back to it, fail again, and loop.
+			p.add(at+".dead_letter_topic", "must not be one of the consumed topics, got %q", k.DeadLetterTopic)
+		}
+		if !k.TLS.Enabled && (k.TLS.CAFile != "" || k.TLS.CertFile != "" || k.TLS.KeyFile != "" || k.TLS.InsecureSkipVerify) {
+			p.add(at+".tls.enabled", "must be true when other tls fields are set")
+		}
 	}
+}
+
+// Warning is a setting that is valid but probably wrong.
+type Warning struct {
+	Path string // the field, e.g. sources[0].max_redelivery_delay
+	Msg  string
+}
+
+func (w Warning) String() string { return w.Path + ": " + w.Msg }
+
+// Warnings lists valid settings that are probably mistakes; the daemon logs
+// them at start and validate prints them.
+func (c *Config) Warnings() []Warning {
+	var ws []Warning
+	for i, s := range c.Sources {
+		if s.MaxRedeliveryDelay > c.SeenSet.TTL {
+			ws = append(ws, Warning{
+				Path: fmt.Sprintf("sources[%d].max_redelivery_delay", i),
+				Msg: fmt.Sprintf("source %s may redeliver a message up to %s later, but seenset.ttl is %s: a duplicate arriving after the TTL is forwarded again",
+					s.Name, s.MaxRedeliveryDelay, c.SeenSet.TTL),
+			})
+		}
+	}
+	return ws
 }
 
 func unjoin(err error) []error {

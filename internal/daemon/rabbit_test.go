@@ -531,3 +531,38 @@ func TestShutdownTimeoutRequeues(t *testing.T) {
 		t.Fatalf("queue holds %d, want the requeued message", r)
 	}
 }
+
+// A restarting app (connection refused) does not exhaust max_attempts:
+// with a dead letter configured, nothing is dead-lettered while the app is
+// away, and everything is delivered once when it is back.
+func TestAppRestartDoesNotDeadLetter(t *testing.T) {
+	port := testutil.FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var dlq string
+	h := newHarness(t, func(c *config.Config) {
+		c.App.URL = "http://" + addr
+		c.Delivery.MaxAttempts = 2
+	})
+	dlq = h.rabbit.Queue("dptest.dlq.", nil)
+	h.cfg.Sources[0].RabbitMQ.DeadLetter = config.RabbitDeadLetter{Mode: "publish", RoutingKey: dlq}
+	p := h.start()
+	for i := range 10 {
+		publishJSON(h, envelope(fmt.Sprintf("restart-%d", i), ""))
+	}
+	time.Sleep(3 * time.Second)
+	if d := p.result(t, "dead_lettered"); d != 0 {
+		t.Fatalf("%v messages dead-lettered while the app was merely unreachable", d)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h.app.Config.Handler)
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	testutil.Eventually(t, 20*time.Second, "all forwarded", func() bool { return p.result(t, "forwarded") == 10 })
+	if _, ok := h.rabbit.Get(dlq); ok {
+		t.Fatal("dead-letter queue is not empty")
+	}
+}

@@ -123,6 +123,10 @@ type Result struct {
 	Err error
 	// Duration is the time Do took, reading the answer included.
 	Duration time.Duration
+	// Unreachable: the request never reached the app (connection refused,
+	// Unix socket missing). The app is down or not started yet, so the
+	// message itself has not failed.
+	Unreachable bool
 }
 
 // Client forwards requests to one app. It is safe for concurrent use.
@@ -379,7 +383,8 @@ func failure(parent, ctx context.Context, err error, prefix string) Result {
 	if ctx.Err() != nil {
 		reason = "timeout"
 	}
-	return Result{Outcome: Retryable, Reason: prefix + reason, Err: err}
+	return Result{Outcome: Retryable, Reason: prefix + reason, Err: err,
+		Unreachable: reason == "connection refused" || reason == "socket missing"}
 }
 
 // Probe GETs healthURL (absolute, or a path relative to Config.URL) through

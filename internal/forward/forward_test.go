@@ -536,8 +536,8 @@ func TestDoConnectionRefusedRedactsURL(t *testing.T) {
 
 	c := newClient(t, Config{URL: "http://svc:s3cret@" + addr + "/base"})
 	res := c.Do(context.Background(), Request{Path: "/orders?token=t0ken"})
-	if res.Outcome != Retryable || res.Reason != "connection refused" || res.Status != 0 || res.Err == nil {
-		t.Fatalf("result = %+v, want retryable connection refused", res)
+	if res.Outcome != Retryable || res.Reason != "connection refused" || res.Status != 0 || res.Err == nil || !res.Unreachable {
+		t.Fatalf("result = %+v, want retryable, unreachable, connection refused", res)
 	}
 	msg := res.Err.Error() + " " + res.Reason
 	for _, secret := range []string{"s3cret", "svc", "t0ken", "token"} {

@@ -33,6 +33,14 @@ type Forwarder interface {
 	Do(ctx context.Context, r forward.Request) forward.Result
 }
 
+// Gate holds deliveries back while the app is known to be down (its
+// health URL fails), so that no retries are burned against it.
+type Gate interface {
+	// Open returns a channel that is closed while the app is up and stays
+	// open, until the app is back, while it is down.
+	Open() <-chan struct{}
+}
+
 // Options configure a Pipeline.
 type Options struct {
 	// Consumer namespaces every stored key: "<consumer>:<key>".
@@ -54,6 +62,8 @@ type Options struct {
 	LogBodies            bool
 	Logger               *slog.Logger
 	Metrics              *metrics.Metrics
+	// Gate, when set, is waited on before every claim and forward.
+	Gate Gate
 }
 
 // SourceOptions are the per-source parts of the pipeline.
@@ -189,7 +199,12 @@ func (w *work) run() {
 func (w *work) forwardLoop(withStore bool) {
 	p := w.p
 	attempt := 0
+	down := 0 // consecutive tries that found the app unreachable
 	for {
+		if !w.waitGate() {
+			w.requeue("stopped while the app was down")
+			return
+		}
 		token := ""
 		if withStore {
 			token = p.tokenPfx + strconv.FormatUint(p.tokenSeq.Add(1), 36)
@@ -245,6 +260,16 @@ func (w *work) forwardLoop(withStore bool) {
 				w.requeue("shutdown timeout reached during the forward")
 				return
 			}
+			if w.last.Unreachable {
+				// The app is not there (refused, no socket): the message
+				// has not failed, so this try does not count towards
+				// max_attempts — it waits unacked until the app is back
+				// instead of being dead-lettered by a restart.
+				attempt--
+				down++
+			} else {
+				down = 0
+			}
 			if attempt >= p.o.MaxAttempts {
 				w.fail("retries exhausted", slog.Int("attempt", attempt))
 				if w.deadLetterOrHold(w.info("max attempts: "+w.last.Reason, attempt), attempt, true) {
@@ -254,7 +279,7 @@ func (w *work) forwardLoop(withStore bool) {
 			}
 			w.event(metrics.EventRetry)
 			p.log.Info("app failed, will retry", w.attrs(slog.Int("attempt", attempt), slog.String("reason", w.last.Reason))...)
-			if !w.wait(p.backoff(attempt, w.last.RetryAfter)) {
+			if !w.wait(p.backoff(max(attempt, down), w.last.RetryAfter)) {
 				w.requeue("stopped while waiting to retry")
 				return
 			}
@@ -472,6 +497,33 @@ func (w *work) wait(d time.Duration) bool {
 	return false
 }
 
+// waitGate blocks while the Gate says the app is down. It runs before the
+// claim, never between claim and forward: a lease held while waiting would
+// expire unrenewed. The delivery stays unacked meanwhile; like wait, it
+// reports false when the pipeline drains or the delivery is lost, and the
+// caller requeues.
+func (w *work) waitGate() bool {
+	if w.p.o.Gate == nil {
+		return true
+	}
+	open := w.p.o.Gate.Open()
+	select {
+	case <-open:
+		return true
+	default:
+	}
+	w.event(metrics.EventAppWait)
+	w.p.log.Debug("app down: holding the message until it is back", w.attrs()...)
+	select {
+	case <-open:
+		return true
+	case <-w.p.draining:
+	case <-w.p.hard.Done():
+	case <-w.d.Lost():
+	}
+	return false
+}
+
 // backoff is exponential with jitter; a Retry-After from the app wins when
 // longer, capped at BackoffMax so a hostile header cannot park a worker.
 func (p *Pipeline) backoff(attempt int, retryAfter time.Duration) time.Duration {
@@ -542,6 +594,7 @@ func (w *work) attrs(extra ...any) []any {
 }
 
 func (w *work) fail(msg string, extra ...any) {
+	w.event(metrics.EventFailed)
 	a := append([]any{slog.Int("status", w.last.Status), slog.String("reason", w.last.Reason)}, extra...)
 	w.p.log.Warn(msg, w.attrs(a...)...)
 }
