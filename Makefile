@@ -6,7 +6,7 @@ BIN := bin/dedupe-proxy
 # The whole suite against the local RabbitMQ and Redis; the README's test command.
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: help build test demo check vet fmt-check clean
+.PHONY: help build test demo check vet fmt-check chaos clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -14,7 +14,7 @@ help: ## List the targets
 build: ## Build bin/dedupe-proxy (static, with version info)
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/dedupe-proxy
 
-test: ## Run every test against the local RabbitMQ and Redis (what CI runs)
+test: ## Unit and end-to-end tests (race detector) against the local RabbitMQ and Redis
 	go test $(TEST_FLAGS) ./...
 
 demo: build ## End-to-end demo: 1,000 envelopes, 30% duplicates, through the real broker and Redis
@@ -26,8 +26,22 @@ vet: ## go vet
 fmt-check: ## Fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-check: fmt-check vet test ## gofmt, vet and the tests; then the tree must still be clean
+check: fmt-check vet test chaos chart-check ## Everything CI runs: gofmt, vet, tests, the chaos suite, the chart checks; then the tree must still be clean
 	@git diff --exit-code --stat || (echo "the build changed tracked files"; exit 1)
+
+chaos: ## Fault suite: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~4 min)
+	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./internal/chaos/
 
 clean: ## Remove build output
 	rm -rf bin
+
+.PHONY: chart-check
+chart-check: ## Helm chart: lint, render, strict decode into the Kubernetes types, validate its config (helm/check.sh)
+	bash helm/check.sh
+
+.PHONY: bench
+# Extra flags for cmd/bench, e.g. BENCH_FLAGS='-n 100000 -profile bin/profiles'.
+BENCH_FLAGS ?=
+bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on RabbitMQ and kfake; one table (~2-3 min)
+	go build -o bin/bench ./cmd/bench
+	bin/bench -proxy $(BIN) $(BENCH_FLAGS)

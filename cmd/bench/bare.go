@@ -1,0 +1,376 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+// The hidden sub-commands that are the bare rows' child processes.
+const (
+	cmdBareConsumer  = "bare-consumer"
+	cmdBareForwarder = "bare-forwarder"
+)
+
+type bareOptions struct {
+	listen   string
+	app      string // bare-forwarder: POST here
+	broker   string
+	amqpURL  string
+	queue    string
+	prefetch int
+	workers  int
+	brokers  string
+	topic    string
+	group    string
+	every    int
+	interval time.Duration
+}
+
+// bareStatus is what a bare child's /stats answers.
+type bareStatus struct {
+	Settled int64 `json:"settled"`
+}
+
+// bareStats counts settled messages and, while asked to, records the
+// publish→consume latency (the bare consumer has no app to do it).
+type bareStats struct {
+	settled atomic.Int64
+	rec     atomic.Bool
+	mu      sync.Mutex
+	lat     []int64
+}
+
+func (s *bareStats) done(body []byte) {
+	s.settled.Add(1)
+	if !s.rec.Load() {
+		return
+	}
+	if ts := publishTime(body); ts > 0 {
+		d := time.Now().UnixNano() - ts
+		s.mu.Lock()
+		s.lat = append(s.lat, d)
+		s.mu.Unlock()
+	}
+}
+
+func (s *bareStats) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(bareStatus{Settled: s.settled.Load()})
+	})
+	mux.HandleFunc("POST /latency/start", func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		s.lat = nil
+		s.mu.Unlock()
+		s.rec.Store(true)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /latency", func(w http.ResponseWriter, _ *http.Request) {
+		s.rec.Store(false)
+		s.mu.Lock()
+		lat := s.lat
+		s.lat = nil
+		s.mu.Unlock()
+		if lat == nil {
+			lat = []int64{}
+		}
+		_ = json.NewEncoder(w).Encode(lat)
+	})
+	return mux
+}
+
+// forwarder is the hand-written forward step: POST the body, drain the
+// answer, keep-alive pool sized to the workers, no dedupe.
+type forwarder struct {
+	url string
+	c   *http.Client
+}
+
+func newForwarder(url string, conns int) *forwarder {
+	return &forwarder{url: url, c: &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			Proxy:               nil,
+			MaxIdleConns:        conns,
+			MaxIdleConnsPerHost: conns,
+			IdleConnTimeout:     90 * time.Second,
+		},
+	}}
+}
+
+func (f *forwarder) post(ctx context.Context, body []byte, contentType string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if contentType == "" {
+		contentType = "application/json"
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := f.c.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// runBare is `bench bare-consumer|bare-forwarder`: consume until SIGTERM.
+func runBare(mode string, args []string, stderr io.Writer) int {
+	var o bareOptions
+	fs := flag.NewFlagSet(mode, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "stats address")
+	fs.StringVar(&o.app, "app", "", "app URL (bare-forwarder)")
+	fs.StringVar(&o.broker, "broker", "rabbitmq", "rabbitmq or kafka")
+	fs.StringVar(&o.amqpURL, "amqp", "", "RabbitMQ URL")
+	fs.StringVar(&o.queue, "queue", "", "RabbitMQ queue")
+	fs.IntVar(&o.prefetch, "prefetch", 100, "RabbitMQ prefetch")
+	fs.IntVar(&o.workers, "workers", 32, "RabbitMQ workers")
+	fs.StringVar(&o.brokers, "brokers", "", "Kafka broker host:port")
+	fs.StringVar(&o.topic, "topic", "", "Kafka topic")
+	fs.StringVar(&o.group, "group", "", "Kafka consumer group")
+	fs.IntVar(&o.every, "commit-every", 500, "Kafka: commit once a partition finished this many")
+	fs.DurationVar(&o.interval, "commit-interval", time.Second, "Kafka: commit at least this often")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var fwd *forwarder
+	if mode == cmdBareForwarder {
+		if o.app == "" {
+			fmt.Fprintln(stderr, "bare-forwarder: -app is required")
+			return 2
+		}
+		fwd = newForwarder(o.app, o.workers)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+
+	st := &bareStats{}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", mode, err)
+		return 1
+	}
+	srv := &http.Server{Handler: st.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	switch o.broker {
+	case "rabbitmq":
+		err = bareRabbit(ctx, o, st, fwd)
+	case "kafka":
+		err = bareKafka(ctx, o, st, fwd)
+	default:
+		err = fmt.Errorf("unknown broker %q", o.broker)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", mode, err)
+		return 1
+	}
+	return 0
+}
+
+// bareRabbit is the consumer users write by hand: manual acks, prefetch,
+// a fixed pool of workers.
+func bareRabbit(ctx context.Context, o bareOptions, st *bareStats, fwd *forwarder) error {
+	conn, err := amqp.Dial(o.amqpURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.Qos(o.prefetch, 0, false); err != nil {
+		return err
+	}
+	const tag = "bench-bare"
+	deliveries, err := ch.Consume(o.queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for range o.workers {
+		wg.Go(func() {
+			for d := range deliveries {
+				if fwd != nil {
+					if err := fwd.post(ctx, d.Body, d.ContentType); err != nil {
+						_ = d.Nack(false, true)
+						continue
+					}
+				}
+				if err := d.Ack(false); err == nil {
+					st.done(d.Body)
+				}
+			}
+		})
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	select {
+	case <-ctx.Done():
+		_ = ch.Cancel(tag, false)
+		wg.Wait()
+		return nil
+	case e := <-closed:
+		return fmt.Errorf("connection closed: %v", e)
+	}
+}
+
+// bareKafka is a consumer-group member with one goroutine per partition
+// handling its messages in order, and batched commits: every
+// commit-every finished messages of a partition or every commit-interval.
+// It uses kafka-go's ConsumerGroup like the proxy, with the same reader
+// settings.
+func bareKafka(ctx context.Context, o bareOptions, st *bareStats, fwd *forwarder) error {
+	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
+		ID:                o.group,
+		Brokers:           []string{o.brokers},
+		Topics:            []string{o.topic},
+		HeartbeatInterval: time.Second,
+		SessionTimeout:    10 * time.Second,
+		RebalanceTimeout:  30 * time.Second,
+		StartOffset:       kafkago.FirstOffset,
+		Timeout:           5 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	defer cg.Close()
+	for {
+		gen, err := cg.Next(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		runGeneration(gen, o, st, fwd)
+	}
+}
+
+type barePartition struct {
+	topic    string
+	id       int
+	start    int64
+	next     atomic.Int64 // offset after the last finished message
+	finished atomic.Int64 // since the last commit
+}
+
+func runGeneration(gen *kafkago.Generation, o bareOptions, st *bareStats, fwd *forwarder) {
+	var parts []*barePartition
+	for topic, as := range gen.Assignments {
+		for _, a := range as {
+			p := &barePartition{topic: topic, id: a.ID, start: a.Offset}
+			p.next.Store(-1)
+			parts = append(parts, p)
+		}
+	}
+	kick := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(len(parts))
+	for _, p := range parts {
+		gen.Start(func(ctx context.Context) {
+			defer wg.Done()
+			r := kafkago.NewReader(kafkago.ReaderConfig{
+				Brokers:       []string{o.brokers},
+				Topic:         p.topic,
+				Partition:     p.id,
+				MinBytes:      1,
+				MaxBytes:      10 << 20,
+				MaxWait:       250 * time.Millisecond,
+				QueueCapacity: 100,
+			})
+			defer r.Close()
+			_ = r.SetOffset(p.start)
+			for {
+				m, err := r.FetchMessage(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				for fwd != nil {
+					if err := fwd.post(ctx, m.Value, ""); err == nil || ctx.Err() != nil {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				p.next.Store(m.Offset + 1)
+				st.done(m.Value)
+				if p.finished.Add(1) >= int64(o.every) {
+					select {
+					case kick <- struct{}{}:
+					default:
+					}
+				}
+			}
+		})
+	}
+	gen.Start(func(ctx context.Context) {
+		t := time.NewTicker(o.interval)
+		defer t.Stop()
+		committed := map[*barePartition]int64{}
+		commit := func() {
+			offsets := map[string]map[int]int64{}
+			for _, p := range parts {
+				if n := p.next.Load(); n >= 0 && n != committed[p] {
+					if offsets[p.topic] == nil {
+						offsets[p.topic] = map[int]int64{}
+					}
+					offsets[p.topic][p.id] = n
+				}
+			}
+			if len(offsets) == 0 {
+				return
+			}
+			if err := gen.CommitOffsets(offsets); err != nil {
+				return
+			}
+			for _, p := range parts {
+				if n, ok := offsets[p.topic][p.id]; ok {
+					committed[p] = n
+					p.finished.Store(0)
+				}
+			}
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				commit()
+				return
+			case <-t.C:
+				commit()
+			case <-kick:
+				commit()
+			}
+		}
+	})
+}

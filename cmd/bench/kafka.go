@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// kafkaBroker is kfake, franz-go's in-process Kafka, speaking the real
+// protocol over TCP on 127.0.0.1, with one broker.
+type kafkaBroker struct {
+	o       options
+	cluster *kfake.Cluster
+	addr    string
+	client  *kafkago.Client
+}
+
+// measureKafka runs the Kafka rows, or says why it cannot.
+func (b *bench) measureKafka(ctx context.Context) *section {
+	s := &section{broker: "Kafka (kfake)"}
+	if why := b.kafkaSupported(ctx); why != "" {
+		s.missing = why
+		return s
+	}
+	if b.kafka == nil {
+		kb, err := startKafka(b.o)
+		if err != nil {
+			s.missing = "not measured: kfake did not start: " + err.Error()
+			return s
+		}
+		b.kafka = kb
+	}
+	return b.measure(ctx, b.kafka)
+}
+
+// kafkaSupported asks the proxy binary itself whether it accepts a Kafka
+// source (`validate`); "" when it does.
+func (b *bench) kafkaSupported(ctx context.Context) string {
+	path := filepath.Join(b.dir, "kafka-check.yaml")
+	cfg := `consumer: bench
+sources:
+  - name: check
+    type: kafka
+    kafka:
+      brokers: ["127.0.0.1:9092"]
+      topics: ["check"]
+      group: check
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return "not measured: " + err.Error()
+	}
+	out, err := exec.CommandContext(ctx, b.o.proxy, "validate", "--config", path).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "kafka") {
+			return "not measured: kafka source missing (the proxy rejects type kafka: " + firstLine(string(out), "type") + ")"
+		}
+		return "not measured: the proxy rejected a Kafka config: " + strings.TrimSpace(string(out))
+	}
+	return ""
+}
+
+func firstLine(out, containing string) string {
+	for l := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(l, containing) {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "- "))
+		}
+	}
+	return strings.TrimSpace(out)
+}
+
+func startKafka(o options) (*kafkaBroker, error) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		return nil, err
+	}
+	// ListenAddrs hangs after Close: read it now.
+	addrs := c.ListenAddrs()
+	if len(addrs) == 0 {
+		c.Close()
+		return nil, errors.New("kfake has no listener")
+	}
+	return &kafkaBroker{o: o, cluster: c, addr: addrs[0],
+		client: &kafkago.Client{Addr: kafkago.TCP(addrs[0]), Timeout: 10 * time.Second}}, nil
+}
+
+func (k *kafkaBroker) name() string  { return "Kafka (kfake)" }
+func (k *kafkaBroker) short() string { return "kafka" }
+func (k *kafkaBroker) close()        { k.cluster.Close() }
+
+// serverPID is 0: kfake runs inside this process.
+func (k *kafkaBroker) serverPID() int { return 0 }
+
+func (k *kafkaBroker) newDest(ctx context.Context, id string) (dest, error) {
+	resp, err := k.client.CreateTopics(ctx, &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{
+		{Topic: id, NumPartitions: k.o.partitions, ReplicationFactor: 1},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if err := resp.Errors[id]; err != nil {
+		return nil, err
+	}
+	return &kafkaDest{k: k, topic: id}, nil
+}
+
+type kafkaDest struct {
+	k     *kafkaBroker
+	topic string
+}
+
+// cleanup deletes the topic; kfake keeps every record in memory.
+func (d *kafkaDest) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = d.k.client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: []string{d.topic}})
+}
+
+// inflightBound: with partition ordering (the default) a partition has
+// one message in flight.
+func (d *kafkaDest) inflightBound() int { return d.k.o.partitions }
+
+func (d *kafkaDest) group() string { return d.topic + "-group" }
+
+func (d *kafkaDest) proxySource() string {
+	return fmt.Sprintf(`    type: kafka
+    kafka:
+      brokers: ["%s"]
+      topics: ["%s"]
+      group: "%s"
+      commit_every: 500
+      commit_interval: 1s
+`, d.k.addr, d.topic, d.group())
+}
+
+func (d *kafkaDest) bareArgs() []string {
+	return []string{"-broker", "kafka", "-brokers", d.k.addr, "-topic", d.topic, "-group", d.group(),
+		"-commit-every", "500", "-commit-interval", "1s"}
+}
+
+// writer hashes the record key (the message key) to the partition, so a
+// duplicate lands behind its original in the same partition.
+func (d *kafkaDest) writer(async bool) *kafkago.Writer {
+	return &kafkago.Writer{
+		Addr:         kafkago.TCP(d.k.addr),
+		Topic:        d.topic,
+		Balancer:     &kafkago.Hash{},
+		BatchSize:    1000,
+		BatchBytes:   16 << 20,
+		BatchTimeout: time.Millisecond,
+		RequiredAcks: kafkago.RequireAll,
+		Async:        async,
+	}
+}
+
+func (d *kafkaDest) publish(ctx context.Context, n int, key func(int) string, body func(int64, string) []byte) error {
+	w := d.writer(false)
+	defer w.Close()
+	ts := nowNanos()
+	const chunk = 5000
+	msgs := make([]kafkago.Message, 0, chunk)
+	for i := range n {
+		k := key(i)
+		msgs = append(msgs, kafkago.Message{Key: []byte(k), Value: body(ts, k)})
+		if len(msgs) == chunk || i == n-1 {
+			if err := w.WriteMessages(ctx, msgs...); err != nil {
+				return err
+			}
+			msgs = msgs[:0]
+		}
+	}
+	return nil
+}
+
+func (d *kafkaDest) pacer(context.Context) (pacer, error) {
+	p := &kafkaPacer{}
+	p.w = d.writer(true)
+	p.w.Completion = func(_ []kafkago.Message, err error) {
+		if err != nil {
+			p.mu.Lock()
+			p.err = errors.Join(p.err, err)
+			p.mu.Unlock()
+		}
+	}
+	return p, nil
+}
+
+// kafkaPacer writes asynchronously, one message per send, batched by the
+// writer for at most 1 ms: the same small publish delay for every row.
+type kafkaPacer struct {
+	w   *kafkago.Writer
+	mu  sync.Mutex
+	err error
+}
+
+func (p *kafkaPacer) send(key string, body []byte) error {
+	return p.w.WriteMessages(context.Background(), kafkago.Message{Key: []byte(key), Value: body})
+}
+
+func (p *kafkaPacer) close() error {
+	err := p.w.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return errors.Join(err, p.err)
+}
+
+func nowNanos() int64 { return time.Now().UnixNano() }

@@ -1,0 +1,155 @@
+// Command bench answers "what does the sidecar cost me?": it measures
+// dedupe-proxy against the bare alternatives on one machine in one run and
+// prints one table (make bench).
+//
+// Per broker (the local RabbitMQ, and an in-process kfake Kafka with six
+// partitions) it runs four rows, each on its own fresh queue or topic,
+// consumer group and Redis prefix:
+//
+//	(a) bare consumer   consume + ack, no forward: the broker's limit
+//	(b) bare forwarder  consume → POST to a no-op app → ack, same prefetch
+//	                    and concurrency, keep-alive pool sized to the
+//	                    workers, no dedupe: what users write by hand
+//	(c) dedupe-proxy    the real binary (make build) with the Redis
+//	                    seen-set, 0% duplicates
+//	(d) dedupe-proxy    the same with 50% duplicates
+//
+// Every row's consumer is a child process — the bare ones are hidden
+// sub-commands of this binary (bench bare-consumer, bench
+// bare-forwarder) — so CPU (utime+stime from /proc/<pid>/stat) and peak
+// RSS (VmHWM) are read the same way for every row. Redis is a private
+// redis-server on a free port started here, so INFO commandstats deltas
+// belong to one row and the shared Redis is never touched.
+//
+// Each row first drains a pre-published backlog (-n messages) for msgs/s,
+// CPU and Redis commands per message, then publishes at a fixed rate
+// (-rate, the same for every row) for the publish→app latency: the
+// publish time travels in the body and the no-op app reads it.
+//
+// Under the table it shows where the machine's CPU went during each
+// drain (the consumer, Redis, RabbitMQ, this process, everything else),
+// then the ratios against the targets of issue 7.
+//
+// Machines are shared and noisy: compare the ratios printed under the
+// table, which come from one run, not absolute numbers across runs. A
+// missed target is reported, never an exit status; the exit status is 1
+// only when a row could not be measured.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// options are the flags of the benchmark itself.
+type options struct {
+	proxy      string
+	n          int
+	rate       int
+	paced      time.Duration
+	bodyBytes  int
+	prefetch   int
+	workers    int
+	partitions int
+	amqpURL    string
+	redisBin   string
+	brokers    string
+	profileDir string
+	profileFor time.Duration
+	timeout    time.Duration
+	verbose    bool
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case cmdBareConsumer, cmdBareForwarder:
+			// Hidden: the bare rows' child processes.
+			return runBare(args[0], args[1:], stderr)
+		}
+	}
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.proxy, "proxy", "bin/dedupe-proxy", "the dedupe-proxy binary (make build)")
+	fs.IntVar(&o.n, "n", 50000, "backlog messages drained per row (msgs/s, CPU, Redis per message)")
+	fs.IntVar(&o.rate, "rate", 1000, "publish rate of the latency phase, msgs/s, the same for every row")
+	fs.DurationVar(&o.paced, "paced", 5*time.Second, "duration of the latency phase")
+	fs.IntVar(&o.bodyBytes, "body", 256, "message body size in bytes (a JSON envelope)")
+	fs.IntVar(&o.prefetch, "prefetch", 100, "RabbitMQ prefetch, bare and proxy alike")
+	fs.IntVar(&o.workers, "workers", 32, "RabbitMQ concurrent workers (and app connection pool), bare and proxy alike")
+	fs.IntVar(&o.partitions, "partitions", 6, "Kafka partitions per topic")
+	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	fs.StringVar(&o.redisBin, "redis-server", "redis-server", "redis-server binary for the private seen-set Redis")
+	fs.StringVar(&o.brokers, "brokers", "rabbitmq,kafka", "brokers to measure, comma-separated")
+	fs.StringVar(&o.profileDir, "profile", "", "if set, run (c) once more per broker with pprof on and write CPU and alloc profiles here (not part of the table)")
+	fs.DurationVar(&o.profileFor, "profile-time", 4*time.Second, "CPU profile duration of the -profile runs")
+	fs.DurationVar(&o.timeout, "row-timeout", 90*time.Second, "give up on a row's drain after this long")
+	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if o.n < 2 || o.rate < 1 || o.paced <= 0 || o.bodyBytes < 64 || o.prefetch < 1 || o.workers < 1 || o.partitions < 1 {
+		fmt.Fprintln(stderr, "bench: -n ≥ 2, -rate ≥ 1, -paced > 0, -body ≥ 64, -prefetch, -workers and -partitions ≥ 1")
+		return 2
+	}
+	o.n -= o.n % 2 // (d) is exactly half duplicates
+	if _, err := os.Stat(o.proxy); err != nil {
+		fmt.Fprintf(stderr, "bench: proxy binary %s not found: run make build (make bench does it)\n", o.proxy)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	b, err := newBench(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	defer b.close()
+
+	rep := &report{o: o, machine: b.machine(ctx)}
+	for _, name := range strings.Split(o.brokers, ",") {
+		name = strings.TrimSpace(name)
+		if ctx.Err() != nil {
+			break
+		}
+		switch name {
+		case "rabbitmq":
+			rep.sections = append(rep.sections, b.measure(ctx, b.rabbit))
+		case "kafka":
+			rep.sections = append(rep.sections, b.measureKafka(ctx))
+		case "":
+		default:
+			fmt.Fprintf(stderr, "bench: unknown broker %q (rabbitmq, kafka)\n", name)
+			return 2
+		}
+	}
+	if o.profileDir != "" && ctx.Err() == nil {
+		rep.profiles = b.profileAll(ctx)
+	}
+	rep.print(stdout)
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "bench: interrupted")
+		return 1
+	}
+	if rep.failed() {
+		b.keepDir = true
+		fmt.Fprintf(stderr, "bench: a row could not be measured; configs and logs kept in %s\n", b.dir)
+		return 1
+	}
+	return 0
+}

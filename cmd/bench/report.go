@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// report is everything printed: the machine, one table, the ratios.
+type report struct {
+	o        options
+	machine  []string
+	sections []*section
+	profiles []string
+}
+
+// machine describes where the numbers come from.
+func (b *bench) machine(ctx context.Context) []string {
+	cpu := "unknown CPU"
+	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for l := range strings.SplitSeq(string(info), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	mem := ""
+	if info, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for l := range strings.SplitSeq(string(info), "\n") {
+			if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+				var kb float64
+				fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+				mem = fmt.Sprintf(", %.1f GiB RAM", kb/(1<<20))
+			}
+		}
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	load, _ := os.ReadFile("/proc/loadavg")
+	proxyVersion := "?"
+	if out, err := exec.CommandContext(ctx, b.o.proxy, "version").Output(); err == nil {
+		proxyVersion = strings.TrimSpace(strings.TrimPrefix(string(out), "dedupe-proxy "))
+	}
+	rabbit := "RabbitMQ not used"
+	if b.rabbit != nil {
+		rabbit = "RabbitMQ " + b.rabbit.version + " (durable classic queue, persistent messages)"
+	}
+	return []string{
+		fmt.Sprintf("%s, %d cores%s, Linux %s", cpu, runtime.NumCPU(), mem, strings.TrimSpace(string(kernel))),
+		fmt.Sprintf("%s; dedupe-proxy %s; %s; Redis %s (private, on %s)",
+			runtime.Version(), proxyVersion, rabbit, b.redis.version, b.redis.addr),
+		fmt.Sprintf("kfake %s in this process, %d partitions; kafka-go %s for the bare Kafka rows",
+			moduleVersion("github.com/twmb/franz-go/pkg/kfake"), b.o.partitions, moduleVersion("github.com/segmentio/kafka-go")),
+		fmt.Sprintf("load average at start: %s (everything — brokers, Redis, app, consumer — shares these cores)",
+			strings.Join(strings.Fields(string(load))[:3], " ")),
+		fmt.Sprintf("backlog %d messages of %d bytes; latency phase %d msgs/s for %s; RabbitMQ prefetch %d, %d workers; Kafka in partition order, commits every 500 or 1s",
+			b.o.n, b.o.bodyBytes, b.o.rate, b.o.paced, b.o.prefetch, b.o.workers),
+	}
+}
+
+func moduleVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == path {
+				if m.Replace != nil {
+					return m.Replace.Version
+				}
+				return m.Version
+			}
+		}
+	}
+	return "?"
+}
+
+func (r *report) failed() bool {
+	for _, s := range r.sections {
+		for _, row := range s.rows {
+			if row.err != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (r *report) print(w io.Writer) {
+	fmt.Fprintln(w, "dedupe-proxy benchmark — one run, one machine")
+	for _, m := range r.machine {
+		fmt.Fprintln(w, "  "+m)
+	}
+	fmt.Fprintln(w)
+	const head = "%-38s %9s %9s %9s %8s %8s %10s %9s\n"
+	fmt.Fprintf(w, head, "", "msgs/s", "p50", "p99", "Redis", "Redis", "CPU s per", "peak RSS")
+	fmt.Fprintf(w, head, "", "", "latency", "latency", "rt/msg", "cmd/msg", "100k msgs", "MiB")
+	for _, s := range r.sections {
+		fmt.Fprintln(w, s.broker)
+		if s.missing != "" {
+			for _, k := range rowKinds {
+				fmt.Fprintf(w, "  (%s) %-33s %s\n", k.letter(), k.label(), s.missing)
+			}
+			continue
+		}
+		for _, row := range s.rows {
+			name := fmt.Sprintf("  (%s) %s", row.kind.letter(), row.kind.label())
+			if row.err != nil && row.rate == 0 {
+				fmt.Fprintf(w, "%-38s error: %v\n", name, row.err)
+				continue
+			}
+			trips, cmds := "-", "-"
+			if row.hasRedis {
+				trips, cmds = fmt.Sprintf("%.2f", row.tripsPerMsg), fmt.Sprintf("%.2f", row.cmdsPerMsg)
+			}
+			p50, p99 := ms(row.p50), ms(row.p99)
+			if row.latWhat == "publish→consume" {
+				p50, p99 = p50+"*", p99+"*"
+			}
+			fmt.Fprintf(w, "%-38s %9s %9s %9s %8s %8s %10.2f %9.1f\n", name, thousands(row.rate), p50, p99,
+				trips, cmds, row.cpuPer100k, row.rssMiB)
+			if row.err != nil {
+				fmt.Fprintf(w, "      error after measuring: %v\n", row.err)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "  msgs/s: drain of the pre-published backlog, from the first settled message to the last.")
+	fmt.Fprintln(w, "  latency: publish→app at the fixed rate, publish time carried in the body; * (a) has no app: publish→consume.")
+	fmt.Fprintln(w, "  Redis rt/msg: network round trips (INFO total_reads_processed) per message during the drain;")
+	fmt.Fprintln(w, "  cmd/msg: INFO commandstats calls per message, commands run inside the Lua scripts included.")
+	fmt.Fprintln(w, "  CPU and peak RSS: the consumer process only (/proc/<pid>/stat utime+stime over the drain; VmHWM).")
+
+	r.printCPU(w)
+	for _, s := range r.sections {
+		if s.missing != "" || len(s.rows) < 4 {
+			continue
+		}
+		r.printRatios(w, s)
+	}
+	if len(r.profiles) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Profiles (extra runs of (c), not in the table; allocations = allocs minus allocs-base):")
+		for _, p := range r.profiles {
+			fmt.Fprintln(w, "  "+p)
+		}
+		fmt.Fprintln(w, "  view: go tool pprof -top <cpu>; go tool pprof -sample_index=alloc_space -base <allocs-base> -top <allocs>")
+	}
+}
+
+// printCPU says where the machine's CPU went during each drain: on a
+// small machine every process competes for the same cores, so the
+// consumer's CPU per message and Redis's decide the throughput.
+func (r *report) printCPU(w io.Writer) {
+	measured := false
+	for _, s := range r.sections {
+		measured = measured || len(s.rows) > 0
+	}
+	if !measured {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "CPU during the drain, seconds per 100k messages, by process:")
+	const head = "%-38s %9s %9s %9s %9s %9s %9s\n"
+	fmt.Fprintf(w, head, "", "consumer", "Redis", "RabbitMQ", "bench", "other", "machine")
+	fmt.Fprintf(w, head, "", "", "server", "server", "process", "processes", "busy")
+	for _, s := range r.sections {
+		if s.missing != "" {
+			continue
+		}
+		fmt.Fprintln(w, s.broker)
+		for _, row := range s.rows {
+			if row.rate == 0 {
+				continue
+			}
+			redis := "-"
+			if row.hasRedis {
+				redis = fmt.Sprintf("%.2f", row.cpuRedis)
+			}
+			busy := fmt.Sprintf("%.0f%%", row.busyPct)
+			if row.drainTime < time.Second {
+				// A few 10 ms ticks: only the order of magnitude holds.
+				busy = "(short)"
+			}
+			rabbit := "-"
+			if row.cpuBroker > 0 {
+				rabbit = fmt.Sprintf("%.2f", row.cpuBroker)
+			}
+			fmt.Fprintf(w, "%-38s %9.2f %9s %9s %9.2f %9.2f %9s\n", fmt.Sprintf("  (%s) %s", row.kind.letter(), row.kind.label()),
+				row.cpuPer100k, redis, rabbit, row.cpuSelf, row.cpuRest, busy)
+		}
+	}
+	fmt.Fprintln(w, "  bench process: the no-op app, publisher and pollers (and kfake for Kafka rows); other processes:")
+	fmt.Fprintln(w, "  anything else on the machine, i.e. noise (±0.5 is clock-tick rounding); machine busy: share of all")
+	fmt.Fprintln(w, "  cores not idle — below 100% the row was bound by latency, not CPU. (short): a drain under 1 s,")
+	fmt.Fprintln(w, "  measured in a few 10 ms clock ticks, so only its order of magnitude holds.")
+}
+
+func (r *report) printRatios(w io.Writer, s *section) {
+	a, bf, c, d := s.rows[0], s.rows[1], s.rows[2], s.rows[3]
+	fmt.Fprintf(w, "\n%s — ratios from this run, against the targets of issue 7 (a report, not a gate):\n", s.broker)
+	line := func(what, value, target string, ok, known bool) {
+		mark := "-"
+		if known {
+			mark = "MISS"
+			if ok {
+				mark = "ok"
+			}
+		}
+		fmt.Fprintf(w, "  %-52s %10s   %-14s %s\n", what, value, target, mark)
+	}
+	usable := func(rs ...*row) bool {
+		for _, x := range rs {
+			if x.rate == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if usable(c, bf) {
+		v := c.rate / bf.rate
+		line("(c)/(b) throughput, proxy vs bare forwarder", fmt.Sprintf("%.2f", v), "≥ 0.90", v >= 0.90, true)
+	}
+	if usable(bf, a) {
+		line("(b)/(a) throughput, forwarding vs consuming only", fmt.Sprintf("%.2f", bf.rate/a.rate), "", false, false)
+	}
+	if usable(c, d) && d.skipRate > 0 {
+		v := d.skipRate / c.rate
+		line(fmt.Sprintf("(d) duplicate skips/s (%s) vs (c) forwards/s", thousands(d.skipRate)), fmt.Sprintf("%.2f×", v), "≥ 2×", v >= 2, true)
+	} else if usable(c, d) {
+		line("(d) duplicate skip speed vs (c)", "n/a", "≥ 2×", false, false)
+	}
+	if c.latN > 0 && c.rate > 0 {
+		line("Redis round trips per forwarded message, (c) paced", fmt.Sprintf("%.2f", c.tripsPaced), "≤ 2", c.tripsPaced <= 2, true)
+		line("Redis round trips per message, (c) backlog burst", fmt.Sprintf("%.2f", c.tripsPerMsg), "< 1", c.tripsPerMsg < 1, true)
+	}
+	if c.rate > 0 {
+		line("Redis scripts (EVAL/EVALSHA) per message, (c) burst", fmt.Sprintf("%.2f", c.scriptsMsg), "", false, false)
+	}
+	if usable(c, bf) && bf.cpuPer100k > 0 {
+		v := c.cpuPer100k / bf.cpuPer100k
+		line("CPU per message, proxy (c) / bare forwarder (b)", fmt.Sprintf("%.2f×", v), "≤ 1.2×", v <= 1.2, true)
+	}
+	if c.rssMiB > 0 {
+		peak := max(c.rssMiB, d.rssMiB)
+		line("proxy peak RSS, (c) and (d)", fmt.Sprintf("%.1f MiB", peak), "< 40 MiB", peak < 40, true)
+	}
+	if c.rate > 0 {
+		hi := max(c.inflightMax, d.inflightMax)
+		line(fmt.Sprintf("proxy in-flight, highest sampled (bound %d)", c.bound), fmt.Sprintf("%.0f", hi),
+			fmt.Sprintf("≤ %d", c.bound), hi <= float64(c.bound), true)
+	}
+	for _, x := range []*row{bf, c, d} {
+		if x.appWant > 0 {
+			ok := x.appGot == x.appWant
+			line(fmt.Sprintf("(%s) requests the app received", x.kind.letter()), fmt.Sprintf("%d", x.appGot),
+				fmt.Sprintf("= %d", x.appWant), ok, true)
+		}
+	}
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

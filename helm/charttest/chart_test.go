@@ -1,0 +1,571 @@
+package charttest
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "../dedupe-proxy"
+
+// valuesFiles are the renders every check runs on: the chart's defaults
+// ("") and each ci/*-values.yaml.
+func valuesFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no %s/ci/*-values.yaml (err %v)", chartDir, err)
+	}
+	return append([]string{""}, files...)
+}
+
+func name(values string) string {
+	if values == "" {
+		return "chart-defaults"
+	}
+	return filepath.Base(values)
+}
+
+func render(t *testing.T, values string, args ...string) *Objects {
+	t.Helper()
+	out, err := Template(chartDir, "ci", values, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(out)
+	if err != nil {
+		t.Fatalf("strict decode: %v", err)
+	}
+	return objs
+}
+
+// TestRender decodes every manifest of every render strictly and checks
+// what holds the chart together: probes on the admin port the config
+// listens on, the hardened sidecar, credentials only from Secrets, and
+// selectors, ports and names that match across objects.
+func TestRender(t *testing.T) {
+	for _, values := range valuesFiles(t) {
+		t.Run(name(values), func(t *testing.T) {
+			objs := render(t, values)
+			want := map[string]int{"Deployment": len(objs.Deployments), "ConfigMap": len(objs.ConfigMaps), "Service": len(objs.Services), "Pod": len(objs.Pods)}
+			for kind, n := range want {
+				if n != 1 {
+					t.Fatalf("want exactly one %s, got %d", kind, n)
+				}
+			}
+			checkNames(t, objs)
+			cfg := parseConfig(t, objs)
+			d := objs.Deployments[0]
+			checkPod(t, d, objs, cfg, boolValue(t, values, "proxy", "nativeSidecar"))
+			checkSelectors(t, d, objs)
+		})
+	}
+}
+
+type proxyConfig struct {
+	raw             map[string]any
+	adminPort       int32
+	shutdownTimeout time.Duration
+}
+
+func parseConfig(t *testing.T, objs *Objects) proxyConfig {
+	t.Helper()
+	text, err := objs.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
+		t.Fatalf("config.yaml is not YAML: %v\n%s", err, text)
+	}
+	pc := proxyConfig{raw: raw, shutdownTimeout: 30 * time.Second}
+	if s, ok := raw["shutdown_timeout"].(string); ok {
+		if pc.shutdownTimeout, err = time.ParseDuration(s); err != nil {
+			t.Fatalf("shutdown_timeout: %v", err)
+		}
+	}
+	admin, _ := raw["admin"].(map[string]any)
+	listen, _ := admin["listen"].(string)
+	i := strings.LastIndex(listen, ":")
+	port, err := strconv.Atoi(listen[i+1:])
+	if i < 0 || err != nil {
+		t.Fatalf("admin.listen %q has no port", listen)
+	}
+	pc.adminPort = int32(port)
+	if c, _ := raw["consumer"].(string); c == "" {
+		t.Error("config.yaml has no consumer")
+	}
+	return pc
+}
+
+func checkPod(t *testing.T, d *appsv1.Deployment, objs *Objects, cfg proxyConfig, wantNative bool) {
+	spec := d.Spec.Template.Spec
+	proxy, native, err := Proxy(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if native != wantNative {
+		t.Errorf("proxy in initContainers = %v, want %v (proxy.nativeSidecar)", native, wantNative)
+	}
+	if native && (proxy.RestartPolicy == nil || *proxy.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+		t.Error("native sidecar without restartPolicy: Always would block the app from starting")
+	}
+	if !native && proxy.RestartPolicy != nil {
+		t.Error("a regular container cannot set restartPolicy")
+	}
+	if n := len(spec.Containers); n < 1 || spec.Containers[0].Name == ProxyContainerName {
+		t.Errorf("the app must be the first container, got %d containers", n)
+	}
+
+	// The config file reaches the proxy.
+	if got := strings.Join(proxy.Args, " "); got != "run --config /etc/dedupe-proxy/config.yaml" {
+		t.Errorf("proxy args %q", got)
+	}
+	var mounted bool
+	for _, m := range proxy.VolumeMounts {
+		if m.MountPath != "/etc/dedupe-proxy" {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == objs.ConfigMaps[0].Name {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("ConfigMap %s is not mounted at /etc/dedupe-proxy", objs.ConfigMaps[0].Name)
+	}
+	if sum := d.Spec.Template.Annotations["checksum/config"]; !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sum) {
+		t.Errorf("checksum/config annotation %q", sum)
+	}
+
+	// Probes on the port the admin listener really listens on.
+	var adminPort *corev1.ContainerPort
+	for i := range proxy.Ports {
+		if proxy.Ports[i].ContainerPort == cfg.adminPort {
+			adminPort = &proxy.Ports[i]
+		}
+	}
+	if adminPort == nil {
+		t.Fatalf("proxy exposes no port %d (config admin.listen)", cfg.adminPort)
+	}
+	for probeName, p := range map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{"liveness": {proxy.LivenessProbe, "/healthz"}, "readiness": {proxy.ReadinessProbe, "/readyz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("%s probe is not an HTTP GET", probeName)
+			continue
+		}
+		g := p.probe.HTTPGet
+		if g.Path != p.path || (g.Port.StrVal != adminPort.Name && g.Port.IntVal != adminPort.ContainerPort) {
+			t.Errorf("%s probe GETs %s on %s, want %s on the admin port %s", probeName, g.Path, g.Port.String(), p.path, adminPort.Name)
+		}
+	}
+
+	// Hardened sidecar.
+	sc := proxy.SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("proxy has no securityContext")
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+		t.Error("proxy: runAsNonRoot is not true")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("proxy: readOnlyRootFilesystem is not true")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("proxy: allowPrivilegeEscalation is not false")
+	case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL"):
+		t.Error("proxy: capabilities do not drop ALL")
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("proxy: seccompProfile is not RuntimeDefault")
+	}
+	if proxy.Resources.Requests.Memory().IsZero() || proxy.Resources.Limits.Memory().IsZero() {
+		t.Error("proxy has no memory request and limit")
+	}
+
+	// Credentials come from Secrets; every variable is a DEDUPE_PROXY_ name
+	// the proxy knows how to map (the validate step checks it accepts them).
+	for _, e := range proxy.Env {
+		if strings.HasPrefix(e.Name, "DEDUPE_PROXY_") && isSecretField(e.Name) && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+			t.Errorf("%s must come from a Secret", e.Name)
+		}
+		if errs := validation.IsEnvVarName(e.Name); len(errs) > 0 {
+			t.Errorf("env %s: %v", e.Name, errs)
+		}
+	}
+	// Kubernetes' service links would add DEDUPE_PROXY_* variables for a
+	// Service named dedupe-proxy*, and the proxy rejects unknown ones.
+	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
+		t.Error("enableServiceLinks must be false")
+	}
+	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= cfg.shutdownTimeout {
+		t.Errorf("terminationGracePeriodSeconds %v must exceed shutdown_timeout %s", g, cfg.shutdownTimeout)
+	}
+
+	// Names that must be unique and well-formed across the pod.
+	containers := slices.Concat(spec.InitContainers, spec.Containers)
+	seenC, seenP := map[string]bool{}, map[string]bool{}
+	for _, c := range containers {
+		if seenC[c.Name] {
+			t.Errorf("container name %s used twice", c.Name)
+		}
+		seenC[c.Name] = true
+		if errs := validation.IsDNS1123Label(c.Name); len(errs) > 0 {
+			t.Errorf("container name %s: %v", c.Name, errs)
+		}
+		for _, p := range c.Ports {
+			if p.Name == "" {
+				continue
+			}
+			if seenP[p.Name] {
+				t.Errorf("port name %s used twice in the pod", p.Name)
+			}
+			seenP[p.Name] = true
+			if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
+				t.Errorf("port name %s: %v", p.Name, errs)
+			}
+		}
+	}
+	seenV := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if seenV[v.Name] {
+			t.Errorf("volume %s defined twice", v.Name)
+		}
+		seenV[v.Name] = true
+	}
+	for _, c := range containers {
+		for _, m := range c.VolumeMounts {
+			if !seenV[m.Name] {
+				t.Errorf("container %s mounts undefined volume %s", c.Name, m.Name)
+			}
+		}
+	}
+}
+
+func isSecretField(env string) bool {
+	for _, s := range []string{"_PASSWORD", "_RABBITMQ_URL", "_ADMIN_TOKEN"} {
+		if strings.HasSuffix(env, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func checkSelectors(t *testing.T, d *appsv1.Deployment, objs *Objects) {
+	podLabels := labels.Set(d.Spec.Template.Labels)
+	sel := labels.SelectorFromSet(d.Spec.Selector.MatchLabels)
+	if !sel.Matches(podLabels) {
+		t.Errorf("Deployment selector %v does not match its pod labels", sel)
+	}
+	svc := objs.Services[0]
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+		t.Errorf("Service selector %v does not match the pods", svc.Spec.Selector)
+	}
+	proxy, _, _ := Proxy(d)
+	var svcPort *corev1.ServicePort
+	for i, p := range svc.Spec.Ports {
+		for _, cp := range proxy.Ports {
+			if p.TargetPort.StrVal == cp.Name || p.TargetPort.IntVal == cp.ContainerPort {
+				svcPort = &svc.Spec.Ports[i]
+			}
+		}
+	}
+	if svcPort == nil {
+		t.Fatal("no Service port targets the proxy's admin port")
+	}
+	for _, pdb := range objs.PDBs {
+		if !labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels).Matches(podLabels) {
+			t.Errorf("PodDisruptionBudget selector does not match the pods")
+		}
+		if (pdb.Spec.MinAvailable == nil) == (pdb.Spec.MaxUnavailable == nil) {
+			t.Error("PodDisruptionBudget must set exactly one of minAvailable and maxUnavailable")
+		}
+	}
+	for _, sm := range objs.ServiceMonitors {
+		if !labels.SelectorFromSet(sm.Spec.Selector.MatchLabels).Matches(labels.Set(svc.Labels)) {
+			t.Error("ServiceMonitor selector does not match the Service")
+		}
+		for _, ep := range sm.Spec.Endpoints {
+			if ep.Port != svcPort.Name || ep.Path != "/metrics" {
+				t.Errorf("ServiceMonitor scrapes port %q path %q, want %q /metrics", ep.Port, ep.Path, svcPort.Name)
+			}
+		}
+	}
+	test := objs.Pods[0]
+	if test.Annotations["helm.sh/hook"] != "test" {
+		t.Error("the test pod is not a helm test hook")
+	}
+	url := fmt.Sprintf("http://%s:%d/readyz", svc.Name, svcPort.Port)
+	if !strings.Contains(strings.Join(test.Spec.Containers[0].Command, " "), url) {
+		t.Errorf("the test pod does not GET %s", url)
+	}
+}
+
+func checkNames(t *testing.T, objs *Objects) {
+	for _, o := range objs.All {
+		if errs := validation.IsDNS1123Subdomain(o.GetName()); len(errs) > 0 {
+			t.Errorf("name %q: %v", o.GetName(), errs)
+		}
+		for k, v := range o.GetLabels() {
+			if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+				t.Errorf("%s label %s=%s: %v", o.GetName(), k, v, errs)
+			}
+		}
+	}
+}
+
+func boolValue(t *testing.T, values string, path ...string) bool {
+	t.Helper()
+	if values == "" {
+		values = filepath.Join(chartDir, "values.yaml")
+	}
+	b, err := os.ReadFile(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var v any = m
+	for _, p := range path {
+		mm, _ := v.(map[string]any)
+		v = mm[p]
+	}
+	got, _ := v.(bool)
+	return got
+}
+
+// TestStrictDecodeRejectsMistypedFields proves the check above is strict:
+// a misspelt field, a field at the wrong level and a wrong type all fail.
+func TestStrictDecodeRejectsMistypedFields(t *testing.T) {
+	out, err := Template(chartDir, "ci", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, to, want string }{
+		{"readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true", `unknown field "spec.template.spec.containers[1].securityContext.readOnlyRootFileSystem"`},
+		{"  replicas: 2\n", "  replicas: two\n", "replicas"},
+		{"enableServiceLinks: false", "enableServiceLinks: false\n      restartPolicy: Always\n      restartpolicy: Always", "restartpolicy"},
+		{"maxUnavailable: 1\n", "maxUnavailable: 1\n  maxUnavailable: 2\n", "maxUnavailable"},
+	} {
+		if !strings.Contains(string(out), tc.from) {
+			t.Fatalf("render has no %q to corrupt", tc.from)
+		}
+		_, err := Decode([]byte(strings.Replace(string(out), tc.from, tc.to, 1)))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q -> %q: got error %v, want one mentioning %q", tc.from, tc.to, err, tc.want)
+		}
+	}
+}
+
+// TestRenderFailures: values the chart must refuse, with a message that
+// says what to do.
+func TestRenderFailures(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "replicaCont=3"}, "additional properties 'replicaCont' not allowed"},
+		{[]string{"--set", "config.app.timout=5s"}, "additional properties 'timout' not allowed"},
+		{[]string{"--set", "config.seenset.ttl=24"}, "/config/seenset/ttl"},
+		{[]string{"--set", "config.log.level=verbose"}, "/config/log/level"},
+		{[]string{"--set", "config.admin.listen=127.0.0.1:9090"}, "is loopback"},
+		{[]string{"--set-string", "config.admin.listen=9090"}, "must be host:port"},
+		{[]string{"--set", "config.seenset.redis.password=s3cret"}, "credentials.redisPassword"},
+		{[]string{"--set", "config.admin.token=s3cret"}, "credentials.adminToken"},
+		{[]string{"--set", "config.sources[0].name=orders", "--set", "config.sources[0].rabbitmq.queue=orders", "--set", "config.sources[0].rabbitmq.url=amqp://u:p@rabbit:5672/"}, "credentials.sources.orders.rabbitmqUrl"},
+		{[]string{"--set", "credentials.sources.order.rabbitmqUrl.secretName=s", "--set", "credentials.sources.order.rabbitmqUrl.key=url"}, "no source named order"},
+		{[]string{"--set", "credentials.sources.orders.kafkaSaslPassword.secretName=s", "--set", "credentials.sources.orders.kafkaSaslPassword.key=p"}, "source orders has type rabbitmq"},
+		{[]string{"--set", "proxy.nativeSidecar=true", "--kube-version", "1.28.0"}, "needs Kubernetes 1.29"},
+	} {
+		_, err := Template(chartDir, "ci", "", tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestSchemaClosesEveryObject: every object the schema defines has
+// additionalProperties false (or a schema for map values), so a typo in
+// values fails `helm install` instead of being ignored.
+func TestSchemaClosesEveryObject(t *testing.T) {
+	schema := readSchema(t)
+	var walk func(path string, s map[string]any)
+	walk = func(path string, s map[string]any) {
+		if props, ok := s["properties"].(map[string]any); ok {
+			if ap, ok := s["additionalProperties"]; !ok || ap == true {
+				t.Errorf("%s: defines properties but allows any other", path)
+			}
+			for k, v := range props {
+				walk(path+"."+k, v.(map[string]any))
+			}
+		}
+		if ap, ok := s["additionalProperties"].(map[string]any); ok {
+			walk(path+".*", ap)
+		}
+		if items, ok := s["items"].(map[string]any); ok {
+			walk(path+"[]", items)
+		}
+	}
+	walk("values", schema)
+}
+
+// TestSchemaMatchesConfigExample: the schema of `config` lists exactly the
+// fields of config.example.yaml (which documents every field, the Kafka
+// block commented out), so the chart neither rejects a real field nor
+// offers one the proxy does not have.
+func TestSchemaMatchesConfigExample(t *testing.T) {
+	raw, err := os.ReadFile("../../config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Uncomment the Kafka block of the source.
+	var lines []string
+	inKafka := false
+	for _, l := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(l, "    # kafka:") {
+			inKafka = true
+		}
+		if inKafka && strings.HasPrefix(l, "    # ") {
+			l = "    " + strings.TrimPrefix(l, "    # ")
+		}
+		lines = append(lines, l)
+	}
+	var example map[string]any
+	if err := yaml.Unmarshal([]byte(strings.Join(lines, "\n")), &example); err != nil {
+		t.Fatal(err)
+	}
+	fromExample := map[string]bool{}
+	yamlPaths("", example, fromExample)
+	if !fromExample["sources[].kafka.sasl.mechanism"] {
+		t.Fatal("could not read the Kafka block of config.example.yaml")
+	}
+	fromSchema := map[string]bool{}
+	schemaPaths("", readSchema(t)["properties"].(map[string]any)["config"].(map[string]any), fromSchema)
+	for _, p := range sortedKeys(fromExample) {
+		if !fromSchema[p] {
+			t.Errorf("config.example.yaml has %s; values.schema.json's config does not", p)
+		}
+	}
+	for _, p := range sortedKeys(fromSchema) {
+		if !fromExample[p] {
+			t.Errorf("values.schema.json's config has %s; config.example.yaml does not", p)
+		}
+	}
+}
+
+func yamlPaths(prefix string, v any, out map[string]bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, c := range v {
+			yamlPaths(join(prefix, k), c, out)
+		}
+	case []any:
+		if len(v) > 0 {
+			if _, isMap := v[0].(map[string]any); isMap {
+				yamlPaths(prefix+"[]", v[0], out)
+				return
+			}
+		}
+		out[prefix] = true
+	default:
+		out[prefix] = true
+	}
+}
+
+func schemaPaths(prefix string, s map[string]any, out map[string]bool) {
+	if props, ok := s["properties"].(map[string]any); ok {
+		for k, c := range props {
+			schemaPaths(join(prefix, k), c.(map[string]any), out)
+		}
+		return
+	}
+	if items, ok := s["items"].(map[string]any); ok && items["properties"] != nil {
+		schemaPaths(prefix+"[]", items, out)
+		return
+	}
+	out[prefix] = true
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "." + b
+}
+
+func sortedKeys(m map[string]bool) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+func readSchema(t *testing.T) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestValuesCommented: every value in values.yaml has a comment line above
+// it (entries of lists are data, not values).
+func TestValuesCommented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := regexp.MustCompile(`^(\s*)(- )?([A-Za-z0-9_]+):`)
+	lines := strings.Split(string(b), "\n")
+	listIndent := -1
+	var missing []string
+	for i, l := range lines {
+		m := key.FindStringSubmatch(l)
+		if m == nil {
+			if item := regexp.MustCompile(`^(\s*)- `).FindStringSubmatch(l); item != nil && listIndent < 0 {
+				listIndent = len(item[1])
+			}
+			continue
+		}
+		indent := len(m[1])
+		if listIndent >= 0 && indent <= listIndent && m[2] == "" {
+			listIndent = -1
+		}
+		if m[2] != "" && listIndent < 0 {
+			listIndent = indent
+		}
+		if listIndent >= 0 {
+			continue
+		}
+		prev := ""
+		if i > 0 {
+			prev = strings.TrimSpace(lines[i-1])
+		}
+		if !strings.HasPrefix(prev, "#") {
+			missing = append(missing, fmt.Sprintf("line %d: %s", i+1, strings.TrimSpace(l)))
+		}
+	}
+	sort.Strings(missing)
+	for _, m := range missing {
+		t.Errorf("values.yaml %s has no comment above it", m)
+	}
+}

@@ -1,0 +1,236 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "dedupe-proxy.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name.
+We truncate at 63 chars because some Kubernetes name fields are limited to this (by the DNS naming spec).
+If release name contains chart name it will be used as a full name.
+*/}}
+{{- define "dedupe-proxy.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Create chart name and version as used by the chart label.
+*/}}
+{{- define "dedupe-proxy.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels
+*/}}
+{{- define "dedupe-proxy.labels" -}}
+helm.sh/chart: {{ include "dedupe-proxy.chart" . }}
+{{ include "dedupe-proxy.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels
+*/}}
+{{- define "dedupe-proxy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dedupe-proxy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Create the name of the service account to use
+*/}}
+{{- define "dedupe-proxy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "dedupe-proxy.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The proxy's image: proxy.image.tag, or the chart's appVersion.
+*/}}
+{{- define "dedupe-proxy.proxyImage" -}}
+{{- printf "%s:%s" .Values.proxy.image.repository (.Values.proxy.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+The app's image: app.image.tag, or the repository alone (its default tag).
+*/}}
+{{- define "dedupe-proxy.appImage" -}}
+{{- if .Values.app.image.tag }}
+{{- printf "%s:%s" .Values.app.image.repository .Values.app.image.tag }}
+{{- else }}
+{{- .Values.app.image.repository }}
+{{- end }}
+{{- end }}
+
+{{/*
+The admin port, taken from config.admin.listen. The probes, the Service and
+the ServiceMonitor all need the listener, and the kubelet cannot reach a
+loopback address, so both mistakes fail the render.
+*/}}
+{{- define "dedupe-proxy.adminPort" -}}
+{{- $listen := dig "admin" "listen" "" .Values.config | toString }}
+{{- if not $listen }}
+{{- fail "config.admin.listen must be set (e.g. 0.0.0.0:9090): the probes, the Service and the ServiceMonitor use the admin listener" }}
+{{- end }}
+{{- $port := regexFind "[0-9]+$" $listen }}
+{{- $host := trimSuffix (printf ":%s" $port) $listen }}
+{{- if or (not $port) (eq $host $listen) }}
+{{- fail (printf "config.admin.listen must be host:port, got %q" $listen) }}
+{{- end }}
+{{- if has $host (list "127.0.0.1" "localhost" "[::1]") }}
+{{- fail (printf "config.admin.listen %q is loopback: the kubelet's probes cannot reach it; use 0.0.0.0:%s" $listen $port) }}
+{{- end }}
+{{- $port }}
+{{- end }}
+
+{{/*
+The proxy's config.yaml: config from the values, with consumer defaulting to
+the full name. Secrets must not land in a ConfigMap: they come from
+credentials (existing Secrets, as environment variables).
+*/}}
+{{- define "dedupe-proxy.config" -}}
+{{- $cfg := deepCopy .Values.config }}
+{{- if not $cfg.consumer }}
+{{- $_ := set $cfg "consumer" (include "dedupe-proxy.fullname" .) }}
+{{- end }}
+{{- if dig "seenset" "redis" "password" "" $cfg }}
+{{- fail "config.seenset.redis.password: the config is a ConfigMap; put the password in a Secret and name it in credentials.redisPassword" }}
+{{- end }}
+{{- if dig "admin" "token" "" $cfg }}
+{{- fail "config.admin.token: the config is a ConfigMap; put the token in a Secret and name it in credentials.adminToken" }}
+{{- end }}
+{{- range $i, $src := $cfg.sources | default list }}
+{{- $url := dig "rabbitmq" "url" "" $src | toString }}
+{{- if regexMatch "^[a-z]+://[^/@]*:[^/@]*@" $url }}
+{{- fail (printf "config.sources[%d].rabbitmq.url holds a password; put the URL in a Secret and name it in credentials.sources.%s.rabbitmqUrl" $i (toString $src.name)) }}
+{{- end }}
+{{- if dig "kafka" "sasl" "password" "" $src }}
+{{- fail (printf "config.sources[%d].kafka.sasl.password: put it in a Secret and name it in credentials.sources.%s.kafkaSaslPassword" $i (toString $src.name)) }}
+{{- end }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+One env var from an existing Secret: (list NAME REF) with REF {secretName, key}.
+*/}}
+{{- define "dedupe-proxy.secretEnvVar" -}}
+{{- $name := index . 0 }}
+{{- $ref := index . 1 }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.secretName | quote }}
+      key: {{ $ref.key | quote }}
+{{- end }}
+
+{{/*
+The proxy's environment: credentials from existing Secrets, named after the
+config field they override (DEDUPE_PROXY_ + the path in upper case, '.' and
+list indices as '_'), then proxy.env.
+*/}}
+{{- define "dedupe-proxy.proxyEnv" -}}
+{{- $c := .Values.credentials }}
+{{- range $field, $var := dict "redisPassword" "DEDUPE_PROXY_SEENSET_REDIS_PASSWORD" "redisUsername" "DEDUPE_PROXY_SEENSET_REDIS_USERNAME" "adminToken" "DEDUPE_PROXY_ADMIN_TOKEN" }}
+{{- $ref := index $c $field }}
+{{- if and $ref $ref.secretName }}
+{{- include "dedupe-proxy.secretEnvVar" (list $var $ref) }}
+{{- end }}
+{{- end }}
+{{- $names := list }}
+{{- range $i, $src := .Values.config.sources | default list }}
+{{- $names = append $names (toString $src.name) }}
+{{- $type := $src.type | default "rabbitmq" }}
+{{- $refs := index ($c.sources | default dict) (toString $src.name) | default dict }}
+{{- range $field, $suffix := dict "rabbitmqUrl" "RABBITMQ_URL" "kafkaSaslUsername" "KAFKA_SASL_USERNAME" "kafkaSaslPassword" "KAFKA_SASL_PASSWORD" }}
+{{- $ref := index $refs $field }}
+{{- if and $ref $ref.secretName }}
+{{- if not (hasPrefix (upper $type) $suffix) }}
+{{- fail (printf "credentials.sources.%s.%s: source %s has type %s" (toString $src.name) $field (toString $src.name) $type) }}
+{{- end }}
+{{- include "dedupe-proxy.secretEnvVar" (list (printf "DEDUPE_PROXY_SOURCES_%d_%s" $i $suffix) $ref) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $name, $_ := $c.sources | default dict }}
+{{- if not (has $name $names) }}
+{{- fail (printf "credentials.sources.%s: config.sources has no source named %s" $name $name) }}
+{{- end }}
+{{- end }}
+{{- with .Values.proxy.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The dedupe-proxy container; in native sidecar mode it goes to
+initContainers with restartPolicy: Always.
+*/}}
+{{- define "dedupe-proxy.proxyContainer" -}}
+- name: dedupe-proxy
+  image: {{ include "dedupe-proxy.proxyImage" . | quote }}
+  imagePullPolicy: {{ .Values.proxy.image.pullPolicy }}
+  {{- if .Values.proxy.nativeSidecar }}
+  restartPolicy: Always
+  {{- end }}
+  args: ["run", "--config", "/etc/dedupe-proxy/config.yaml"]
+  ports:
+    - name: proxy-admin
+      containerPort: {{ include "dedupe-proxy.adminPort" . }}
+      protocol: TCP
+  {{- $env := include "dedupe-proxy.proxyEnv" . | trim }}
+  {{- if $env }}
+  env:
+    {{- $env | nindent 4 }}
+  {{- end }}
+  {{- with .Values.proxy.envFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: proxy-admin
+    {{- with .Values.proxy.livenessProbe }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: proxy-admin
+    {{- with .Values.proxy.readinessProbe }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with .Values.proxy.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.proxy.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    - name: dedupe-proxy-config
+      mountPath: /etc/dedupe-proxy
+      readOnly: true
+    {{- with .Values.proxy.volumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
