@@ -47,6 +47,7 @@ type Redis struct {
 	c      redis.UniversalClient
 	prefix string
 	owned  bool
+	batch  *batcher
 }
 
 var _ Store = (*Redis)(nil)
@@ -81,14 +82,24 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		// ReadTimeout; the pipeline bounds each store call by its context.
 		ContextTimeoutEnabled: true,
 	})
-	return &Redis{c: c, prefix: o.Prefix, owned: true}, nil
+	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: newBatcher(c, batchTimeout(o))}, nil
 }
 
 // NewRedisWithClient wraps a client the caller already has (shared pool,
 // custom hooks, tests). The caller keeps ownership: Close does not close c,
 // because other users of c would break.
 func NewRedisWithClient(c redis.UniversalClient, prefix string) *Redis {
-	return &Redis{c: c, prefix: prefix}
+	return &Redis{c: c, prefix: prefix, batch: newBatcher(c, 5*time.Second)}
+}
+
+// batchTimeout bounds one pipelined batch: the write and the read of every
+// reply in it.
+func batchTimeout(o RedisOptions) time.Duration {
+	d := o.WriteTimeout + o.ReadTimeout
+	if d <= 0 {
+		return 6 * time.Second
+	}
+	return d
 }
 
 // Script replies. Small integers rather than strings keep the reply cheap
@@ -259,8 +270,10 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the client only when NewRedis created it.
+// Close stops the batcher and closes the client only when NewRedis
+// created it.
 func (r *Redis) Close() error {
+	r.batch.close()
 	if !r.owned {
 		return nil
 	}
@@ -271,7 +284,7 @@ func (r *Redis) Close() error {
 }
 
 func (r *Redis) runInt(ctx context.Context, s *redis.Script, key string, args ...any) (int64, error) {
-	n, err := s.Run(ctx, r.c, []string{r.prefix + key}, args...).Int64()
+	n, err := r.batch.do(ctx, s, r.prefix+key, args...)
 	if err != nil {
 		return 0, unavailable(ctx, err)
 	}
