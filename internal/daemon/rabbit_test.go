@@ -461,8 +461,12 @@ func TestMissingKeyFailsOpen(t *testing.T) {
 			t.Errorf("Idempotency-Key %q sent for a message without a key", r.Key)
 		}
 	}
-	if !bytes.Equal(h.app.Requests()[2].Body, []byte("not json at all")) {
-		t.Error("non-JSON body altered")
+	found := false
+	for _, r := range h.app.Requests() {
+		found = found || bytes.Equal(r.Body, []byte("not json at all"))
+	}
+	if !found {
+		t.Error("non-JSON body altered on the way")
 	}
 }
 

@@ -171,6 +171,18 @@ type work struct {
 
 func (w *work) run() {
 	p := w.p
+	// A delivery handed over just as the pipeline stops (or its channel
+	// died) goes straight back: starting a forward now would only delay
+	// the shutdown.
+	select {
+	case <-p.draining:
+		w.requeue("stopping")
+		return
+	case <-w.d.Lost():
+		w.requeue("delivery lost")
+		return
+	default:
+	}
 	if p.o.MaxBodyBytes > 0 && int64(len(w.m.Body)) > p.o.MaxBodyBytes {
 		w.event(metrics.EventBodyTooLarge)
 		w.fail("body too large", slog.Int("bytes", len(w.m.Body)), slog.Int64("max", p.o.MaxBodyBytes))
@@ -287,55 +299,57 @@ func (w *work) forwardLoop(withStore bool) {
 	}
 }
 
-// deadLetterOrHold dead-letters d. When the source has no dead letter (or
-// the dead-letter publish fails) the message is not lost: RabbitMQ gets it
-// requeued after a backoff; Kafka holds it and the caller retries. It
-// reports whether d was settled (the caller must return).
+// deadLetterOrHold dead-letters d. When the source has no dead letter, or
+// the dead-letter write fails, the message is not lost: RabbitMQ gets it
+// requeued after a backoff; Kafka holds the partition. It reports whether
+// d was settled (the caller returns) or the caller should forward again
+// (Kafka without a dead-letter topic: the app may have been fixed).
 func (w *work) deadLetterOrHold(info broker.DeadLetterInfo, attempt int, canRetry bool) bool {
+	p := w.p
+	err := w.deadLetter(info)
+	if err == nil {
+		return true
+	}
+	noDestination := errors.Is(err, broker.ErrNoDeadLetter)
+	if !w.wait(p.backoff(max(attempt, 1), 0)) {
+		w.requeue("stopped")
+		return true
+	}
+	if w.s.Requeues {
+		w.requeue("not dead-lettered: " + info.Reason)
+		return true
+	}
+	if noDestination && canRetry {
+		return false
+	}
+	// A dead-letter topic exists but the write failed, or the message can
+	// never be forwarded (too large, no key): retry only the dead letter,
+	// never the app, while the partition holds.
+	for {
+		if w.deadLetter(info) == nil {
+			return true
+		}
+		if !w.wait(p.o.BackoffMax) {
+			w.requeue("stopped")
+			return true
+		}
+	}
+}
+
+func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 	p := w.p
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 30*time.Second)
 	err := w.d.DeadLetter(ctx, info)
 	cancel()
-	if err == nil {
+	switch {
+	case err == nil:
 		w.result(metrics.DeadLettered)
 		p.log.Warn("dead-lettered", w.attrs(slog.String("reason", info.Reason), slog.Int("attempts", info.Attempts))...)
-		return true
-	}
-	if !errors.Is(err, broker.ErrNoDeadLetter) {
+	case !errors.Is(err, broker.ErrNoDeadLetter):
 		w.event(metrics.EventDeadLetterFail)
 		p.log.Error("dead-letter failed; message kept", w.attrs(slog.String("err", err.Error()))...)
 	}
-	delay := p.backoff(max(attempt, 1), 0)
-	if w.s.Requeues || !canRetry {
-		if !w.wait(delay) {
-			w.requeue("stopped")
-			return true
-		}
-		if w.s.Requeues {
-			w.requeue("no dead letter: " + info.Reason)
-			return true
-		}
-		// Kafka cannot requeue and this message cannot be forwarded
-		// (too large, no key): hold the partition, retry the dead letter.
-		for {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 30*time.Second)
-			err := w.d.DeadLetter(ctx, info)
-			cancel()
-			if err == nil {
-				w.result(metrics.DeadLettered)
-				return true
-			}
-			if !w.wait(p.o.BackoffMax) {
-				w.requeue("stopped")
-				return true
-			}
-		}
-	}
-	if !w.wait(delay) {
-		w.requeue("stopped")
-		return true
-	}
-	return false
+	return err
 }
 
 // claim claims the key, retrying store errors with backoff (fail-closed).
