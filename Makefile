@@ -26,8 +26,11 @@ vet: ## go vet
 fmt-check: ## Fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-check: fmt-check vet test chaos chart-check ## Everything CI runs: gofmt, vet, tests, the chaos suite, the chart checks; then the tree must still be clean
-	@git diff --exit-code --stat || (echo "the build changed tracked files"; exit 1)
+check: ## Everything CI runs: gofmt, vet, tests, the chaos suite, the chart checks; the tree must not change
+	@before=$$(git status --porcelain); \
+	$(MAKE) --no-print-directory fmt-check vet test chaos chart-check || exit 1; \
+	after=$$(git status --porcelain); \
+	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 
 chaos: ## Fault suite: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~4 min)
 	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./internal/chaos/

@@ -24,10 +24,13 @@ type brokerEnv interface {
 	// sourceYAML is the config's sources: block, pointing through a relay
 	// the suite can cut.
 	sourceYAML() string
-	// publisher returns a function that publishes one body (confirmed);
-	// each returned function has its own connection/channel.
-	publisher(t *testing.T) func(body []byte)
+	// publisher returns a function that publishes bodies (confirmed);
+	// each returned function has its own connection. alt marks the
+	// second publisher, which Kafka routes by a different partitioner.
+	publisher(t *testing.T, alt bool) func(bodies [][]byte)
 	cut()
+	// killEvery is the pause between proxy SIGKILLs.
+	killEvery() time.Duration
 	// pending counts messages not yet settled; only exact while no proxy runs.
 	pending(t *testing.T) int
 }
@@ -138,35 +141,32 @@ delivery:
 	pubDone := make(chan struct{})
 	go func() {
 		defer close(pubDone)
-		pubMain, pubConc := env.publisher(t), env.publisher(t)
-		conc := make(chan []byte, 1024)
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := range conc {
-				pubConc(b)
-			}
-		}()
+		pubMain, pubConc := env.publisher(t, false), env.publisher(t, true)
 		tick := publishFor / time.Duration(len(pl.main)/100+1)
 		origIndex := 0
 		seen := map[string]bool{}
-		for i, b := range pl.main {
-			if i%100 == 0 {
-				time.Sleep(tick)
-			}
-			pubMain(b)
-			key := pl.unique[min(origIndex, len(pl.unique)-1)]
-			if strings.Contains(string(b), key) && !seen[key] {
-				seen[key] = true
-				if d, ok := pl.concurrent[origIndex]; ok {
-					conc <- d
+		for i := 0; i < len(pl.main); i += 100 {
+			time.Sleep(tick)
+			chunk := pl.main[i:min(i+100, len(pl.main))]
+			var conc [][]byte
+			for _, b := range chunk {
+				key := pl.unique[min(origIndex, len(pl.unique)-1)]
+				if strings.Contains(string(b), key) && !seen[key] {
+					seen[key] = true
+					if d, ok := pl.concurrent[origIndex]; ok {
+						conc = append(conc, d)
+					}
+					origIndex++
 				}
-				origIndex++
 			}
+			// The duplicates go out on their own connection while the
+			// chunk with their originals does.
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); pubConc(conc) }()
+			pubMain(chunk)
+			wg.Wait()
 		}
-		close(conc)
-		wg.Wait()
 	}()
 
 	// Chaos: a SIGKILL every 2.5 s, Redis down twice, broker cut twice.
@@ -180,7 +180,7 @@ delivery:
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(2500 * time.Millisecond):
+			case <-time.After(env.killEvery()):
 			}
 			published := false
 			select {
@@ -241,14 +241,14 @@ delivery:
 		t.Errorf("not every key was effected before the deadline")
 	}
 	// Duplicates "minutes later": published after everything was processed.
-	pubLater := env.publisher(t)
-	for _, b := range pl.later {
-		pubLater(b)
-	}
-	// Drain: stop gracefully, count what is left, and let one proxy finish
-	// the rest if needed.
-	for round := 0; round < 10; round++ {
-		time.Sleep(3 * time.Second)
+	env.publisher(t, false)(pl.later)
+	// Drain: wait until nothing is pending while the proxies run, stop
+	// them gracefully (SIGTERM must exit 0), and count again — a message
+	// in flight at the stop must have been requeued, not lost.
+	for round := 0; ; round++ {
+		waitCtx, cancelWait := context.WithTimeout(ctx, 90*time.Second)
+		waitUntil(waitCtx, 500*time.Millisecond, func() bool { return env.pending(t) == 0 })
+		cancelWait()
 		for _, p := range procs {
 			if code := p.term(t); code != 0 {
 				t.Errorf("proxy %d exited %d after SIGTERM", p.n, code)
@@ -258,12 +258,13 @@ delivery:
 		if left == 0 {
 			break
 		}
-		t.Logf("%d messages still pending after round %d; running the proxies again", left, round)
+		if round == 4 {
+			t.Errorf("%d messages never settled", left)
+			break
+		}
+		t.Logf("%d messages pending after a graceful stop; running the proxies again", left)
 		for _, p := range procs {
 			p.start(t)
-		}
-		if round == 9 {
-			t.Errorf("%d messages never settled", left)
 		}
 	}
 

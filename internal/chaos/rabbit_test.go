@@ -38,7 +38,9 @@ func (e *rabbitEnv) sourceYAML() string {
 `, u, e.queue)
 }
 
-func (e *rabbitEnv) publisher(t *testing.T) func([]byte) {
+func (e *rabbitEnv) killEvery() time.Duration { return 2500 * time.Millisecond }
+
+func (e *rabbitEnv) publisher(t *testing.T, _ bool) func([][]byte) {
 	conn, err := amqp.Dial(testutil.RabbitURL())
 	if err != nil {
 		t.Fatal(err)
@@ -51,17 +53,23 @@ func (e *rabbitEnv) publisher(t *testing.T) func([]byte) {
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	return func(b []byte) {
+	return func(bodies [][]byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", e.queue, false, false,
-			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: b})
-		if err != nil {
-			t.Errorf("publish: %v", err)
-			return
+		var pending []*amqp.DeferredConfirmation
+		for _, b := range bodies {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", e.queue, false, false,
+				amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: b})
+			if err != nil {
+				t.Errorf("publish: %v", err)
+				return
+			}
+			pending = append(pending, dc)
 		}
-		if ok, err := dc.WaitContext(ctx); !ok || err != nil {
-			t.Errorf("publish not confirmed: %v", err)
+		for _, dc := range pending {
+			if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+				t.Errorf("publish not confirmed: %v", err)
+			}
 		}
 	}
 }
