@@ -220,16 +220,25 @@ func header(h map[string]string, name string) (string, string) {
 	return "", "absent"
 }
 
-// jsonDoc decodes the body once per message, lazily, and only as deep as
-// the rules' paths go: raw sub-objects stay undecoded.
+// jsonDoc looks values up in a JSON body without decoding it: json.Valid
+// checks the whole body once (no allocation), then each path is found by
+// scanning keys and skipping values in place. Decoding the envelope into
+// maps cost ~40 allocations per message, most of the proxy's key work.
 type jsonDoc struct {
-	root   map[string]json.RawMessage
+	body   []byte
 	notObj bool
+	null   bool
 }
 
 func parseDoc(body []byte) *jsonDoc {
-	d := &jsonDoc{}
-	if err := json.Unmarshal(body, &d.root); err != nil {
+	d := &jsonDoc{body: body}
+	i := skipWS(body, 0)
+	switch {
+	case !json.Valid(body):
+		d.notObj = true
+	case i < len(body) && body[i] == 'n':
+		d.null = true // "null" decodes to an empty object: every path absent
+	case i >= len(body) || body[i] != '{':
 		d.notObj = true
 	}
 	return d
@@ -239,21 +248,117 @@ func (d *jsonDoc) scalar(path []string) (string, string) {
 	if d.notObj {
 		return "", "body is not JSON"
 	}
-	obj := d.root
-	for i, seg := range path {
-		raw, ok := obj[seg]
-		if !ok {
-			return "", "absent"
+	if d.null {
+		return "", "absent"
+	}
+	raw, ok := lookup(d.body, path)
+	if !ok {
+		return "", "absent"
+	}
+	return scalarValue(raw)
+}
+
+// lookup returns the raw value at path in a valid JSON document whose top
+// level is an object. Like encoding/json, the last of duplicate keys wins.
+func lookup(b []byte, path []string) ([]byte, bool) {
+	for _, seg := range path {
+		i := skipWS(b, 0)
+		if i >= len(b) || b[i] != '{' {
+			return nil, false
 		}
-		if i == len(path)-1 {
-			return scalarValue(raw)
+		i++
+		var found []byte
+		for {
+			i = skipWS(b, i)
+			if b[i] == '}' {
+				break
+			}
+			keyEnd, esc := stringEnd(b, i)
+			match := false
+			if esc {
+				var k string
+				match = json.Unmarshal(b[i:keyEnd], &k) == nil && k == seg
+			} else {
+				match = string(b[i+1:keyEnd-1]) == seg
+			}
+			i = skipWS(b, keyEnd) + 1 // the colon
+			i = skipWS(b, i)
+			end := valueEnd(b, i)
+			if match {
+				found = b[i:end]
+			}
+			i = skipWS(b, end)
+			if b[i] == ',' {
+				i++
+				continue
+			}
+			break // '}'
 		}
-		obj = nil
-		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-			return "", "absent"
+		if found == nil {
+			return nil, false
+		}
+		b = found
+	}
+	return b, true
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index after the string starting at b[i] == '"'
+// and whether it holds an escape.
+func stringEnd(b []byte, i int) (int, bool) {
+	esc := false
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			esc = true
+			i++
+		case '"':
+			return i + 1, esc
 		}
 	}
-	return "", "absent"
+	return len(b), esc
+}
+
+// valueEnd returns the index after the value starting at b[i]; the
+// document is known to be valid.
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		end, _ := stringEnd(b, i)
+		return end
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i, _ = stringEnd(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 func scalarValue(raw json.RawMessage) (string, string) {
@@ -263,6 +368,12 @@ func scalarValue(raw json.RawMessage) (string, string) {
 	}
 	switch raw[0] {
 	case '"':
+		if !utf8.Valid(raw) {
+			return "", "invalid utf-8"
+		}
+		if bytes.IndexByte(raw, '\\') < 0 {
+			return string(raw[1 : len(raw)-1]), ""
+		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", "invalid utf-8"

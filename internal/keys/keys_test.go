@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,4 +92,51 @@ func BenchmarkKeyMetaID(b *testing.B) {
 	for b.Loop() {
 		e.Key(m)
 	}
+}
+
+// referenceScalar is the straightforward implementation the scanner
+// replaced: decode into maps, walk the path. The fuzz test holds the
+// scanner to it.
+func referenceScalar(body []byte, path []string) (string, string) {
+	var root map[string]json.RawMessage
+	if err := json.Unmarshal(body, &root); err != nil {
+		return "", "body is not JSON"
+	}
+	obj := root
+	for i, seg := range path {
+		raw, ok := obj[seg]
+		if !ok {
+			return "", "absent"
+		}
+		if i == len(path)-1 {
+			return scalarValue(raw)
+		}
+		obj = nil
+		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+			return "", "absent"
+		}
+	}
+	return "", "absent"
+}
+
+func FuzzScalarMatchesDecoding(f *testing.F) {
+	for _, s := range []string{
+		`{"meta":{"id":"a"}}`, `{"meta":{"id":1.5e3}}`, `{"meta":{"id":"a\"b\u00e9"}}`, `{"m\u0065ta":{"id":"x"}}`,
+		`{"meta":{"id":"a"},"meta":{"id":"b"}}`, `{"meta":null}`, `null`, `[1]`, `{"meta":[{"id":1}]}`,
+		` { "meta" : { "x" : [ "}" , {"id":2} ] , "id" : "y" } } `, `{"meta":{"id":true}}`, `{"meta":"s"}`, `{}`,
+		"{\"meta\":{\"id\":\"\xff\"}}", `{"a":{"b":{"c":"deep"}}}`, `{"meta":{"id":""}}`, `"str"`, `{"meta":{"id":-0.0}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	paths := [][]string{{"meta", "id"}, {"a", "b", "c"}, {"meta"}}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, p := range paths {
+			d := parseDoc(body)
+			v, why := d.scalar(p)
+			rv, rwhy := referenceScalar(body, p)
+			if v != rv || why != rwhy {
+				t.Fatalf("body %q path %v: scanner (%q, %q), decoding (%q, %q)", body, p, v, why, rv, rwhy)
+			}
+		}
+	})
 }
