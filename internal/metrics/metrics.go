@@ -196,6 +196,16 @@ func (r *refreshed) Collect(ch chan<- prometheus.Metric) {
 	r.GaugeVec.Collect(ch)
 }
 
+// Results lists the terminal results, Events the events and Classes the
+// app response classes: every label value the pipeline uses.
+func Results() []string { return results }
+
+// Events lists every event label value.
+func Events() []string { return events }
+
+// Classes lists the app response classes.
+func Classes() []string { return classes }
+
 // StatusClass maps an HTTP status (0: no response) to its label.
 func StatusClass(status int) string {
 	switch {

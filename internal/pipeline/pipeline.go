@@ -18,8 +18,11 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
@@ -148,19 +151,54 @@ func (p *Pipeline) Handler(s SourceOptions) broker.Handler {
 		s.Keys, _ = keys.Parse(nil)
 	}
 	p.m.InitSource(s.Name, s.Kind)
+	src := &source{SourceOptions: s, m: p.bind(s.Name)}
 	return func(d broker.Delivery) {
-		w := &work{p: p, s: &s, d: d, m: d.Message()}
-		gauge := p.m.InFlight.WithLabelValues(s.Name)
-		gauge.Inc()
-		defer gauge.Dec()
+		w := &work{p: p, s: src, d: d, m: d.Message()}
+		src.m.inflight.Inc()
+		defer src.m.inflight.Dec()
 		w.run()
 	}
+}
+
+// source is a source's options with its metric series resolved once:
+// WithLabelValues hashes its labels on every call, per message.
+type source struct {
+	SourceOptions
+	m *boundMetrics
+}
+
+type boundMetrics struct {
+	inflight prometheus.Gauge
+	duration prometheus.Observer
+	results  map[string]prometheus.Counter
+	events   map[string]prometheus.Counter
+	classes  map[string]prometheus.Counter
+}
+
+func (p *Pipeline) bind(name string) *boundMetrics {
+	b := &boundMetrics{
+		inflight: p.m.InFlight.WithLabelValues(name),
+		duration: p.m.ForwardDuration.WithLabelValues(name),
+		results:  map[string]prometheus.Counter{},
+		events:   map[string]prometheus.Counter{},
+		classes:  map[string]prometheus.Counter{},
+	}
+	for _, r := range metrics.Results() {
+		b.results[r] = p.m.Messages.WithLabelValues(name, r)
+	}
+	for _, e := range metrics.Events() {
+		b.events[e] = p.m.Events.WithLabelValues(name, e)
+	}
+	for _, c := range metrics.Classes() {
+		b.classes[c] = p.m.AppResponses.WithLabelValues(name, c)
+	}
+	return b
 }
 
 // work is one delivery's trip through the pipeline.
 type work struct {
 	p    *Pipeline
-	s    *SourceOptions
+	s    *source
 	d    broker.Delivery
 	m    *broker.Message
 	key  string // message key, "" when none
@@ -400,38 +438,44 @@ func (w *work) forward(attempt int, token string, withStore bool) forward.Result
 	if stopRenew != nil {
 		stopRenew()
 	}
-	p.m.ForwardDuration.WithLabelValues(w.s.Name).Observe(res.Duration.Seconds())
-	p.m.AppResponses.WithLabelValues(w.s.Name, metrics.StatusClass(res.Status)).Inc()
+	w.s.m.duration.Observe(res.Duration.Seconds())
+	w.s.m.classes[metrics.StatusClass(res.Status)].Inc()
 	return res
 }
 
+// renewLease renews the lease every lease/3 until stop is called. A timer
+// that re-arms itself costs no goroutine per message; stop waits for a
+// renewal in progress, so none runs after the commit (it would find the
+// key done and report a lost lease that was not lost).
 func (w *work) renewLease(token string) (stop func()) {
 	p := w.p
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(p.o.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(p.hard, p.o.Lease/3)
-				start := time.Now()
-				err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
-				cancel()
-				p.observe("renew", start, err)
-				if errors.Is(err, seenset.ErrNotOwner) {
-					w.event(metrics.EventLeaseLost)
-					p.log.Error("lease lost while forwarding: another replica may forward this key too", w.attrs()...)
-					return
-				}
-			}
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	t = time.AfterFunc(p.o.Lease/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { close(done); <-finished }
+		ctx, cancel := context.WithTimeout(p.hard, p.o.Lease/3)
+		start := time.Now()
+		err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
+		cancel()
+		p.observe("renew", start, err)
+		if errors.Is(err, seenset.ErrNotOwner) {
+			w.event(metrics.EventLeaseLost)
+			p.log.Error("lease lost while forwarding: another replica may forward this key too", w.attrs()...)
+			return
+		}
+		t.Reset(p.o.Lease / 3)
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // commit records the success, retrying a bounded number of times. It runs
@@ -613,6 +657,6 @@ func (w *work) fail(msg string, extra ...any) {
 	w.p.log.Warn(msg, w.attrs(a...)...)
 }
 
-func (w *work) event(e string) { w.p.m.Events.WithLabelValues(w.s.Name, e).Inc() }
+func (w *work) event(e string) { w.s.m.events[e].Inc() }
 
-func (w *work) result(r string) { w.p.m.Messages.WithLabelValues(w.s.Name, r).Inc() }
+func (w *work) result(r string) { w.s.m.results[r].Inc() }
