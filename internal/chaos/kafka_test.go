@@ -26,8 +26,10 @@ type kafkaEnv struct {
 func (e *kafkaEnv) name() string { return "Kafka (kfake)" }
 
 // A killed member's partitions wait out session_timeout (6 s, kfake's
-// minimum) before the group moves them, so kills are spaced wider.
-func (e *kafkaEnv) killEvery() time.Duration { return 3 * time.Second }
+// minimum) before the group can rebalance without it, so kills every
+// 2.5 s would keep the group rebalancing forever and the work would only
+// happen after the faults stop.
+func (e *kafkaEnv) killEvery() time.Duration { return 6 * time.Second }
 
 func (e *kafkaEnv) sourceYAML() string {
 	return fmt.Sprintf(`sources:
