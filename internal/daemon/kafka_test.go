@@ -2,14 +2,11 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -119,34 +116,7 @@ func (p *proxy) gauge(t testing.TB, name string) float64 {
 // the app's status (ok → 200, throw → 400: dead-lettered, id unmarked),
 // effects = app invocations for "run".
 func TestKafkaBabelQueueIdempotencySequences(t *testing.T) {
-	dir := testutil.BabelQueueDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var manifest struct {
-		Idempotency struct {
-			Sequences struct {
-				Cases []struct {
-					Name       string
-					Deliveries []struct {
-						MetaID       string `json:"meta_id"`
-						ExpectEffect string `json:"expect_effect"`
-						Outcome      string `json:"outcome"`
-						ForgetBefore bool   `json:"forget_before"`
-					}
-					ExpectedEffects int `json:"expected_effects"`
-				}
-			}
-		}
-	}
-	if err := json.Unmarshal(raw, &manifest); err != nil {
-		t.Fatal(err)
-	}
-	cases := manifest.Idempotency.Sequences.Cases
-	if len(cases) == 0 {
-		t.Fatal("manifest has no idempotency sequences")
-	}
+	cases := testutil.IdempotencySequences(t)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()

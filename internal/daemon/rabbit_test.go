@@ -31,34 +31,7 @@ func publishJSON(h *harness, body []byte) {
 // app's status (ok → 200, throw → 400, dead-lettered so the id stays
 // unmarked), effects counted at the app.
 func TestBabelQueueIdempotencySequences(t *testing.T) {
-	dir := testutil.BabelQueueDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var manifest struct {
-		Idempotency struct {
-			Sequences struct {
-				Cases []struct {
-					Name       string
-					Deliveries []struct {
-						MetaID       string `json:"meta_id"`
-						ExpectEffect string `json:"expect_effect"`
-						Outcome      string `json:"outcome"`
-						ForgetBefore bool   `json:"forget_before"`
-					}
-					ExpectedEffects int `json:"expected_effects"`
-				}
-			}
-		}
-	}
-	if err := json.Unmarshal(raw, &manifest); err != nil {
-		t.Fatal(err)
-	}
-	cases := manifest.Idempotency.Sequences.Cases
-	if len(cases) == 0 {
-		t.Fatal("manifest has no idempotency sequences")
-	}
+	cases := testutil.IdempotencySequences(t)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()

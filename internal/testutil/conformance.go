@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,4 +36,41 @@ func BabelQueueDir(t testing.TB) string {
 		t.Skipf("SKIP: BabelQueue conformance suite not found at %s (%v); it is read from ../shared at test time", dir, err)
 	}
 	return dir
+}
+
+// Delivery is one step of a BabelQueue idempotency sequence.
+type Delivery struct {
+	MetaID       string `json:"meta_id"`
+	ExpectEffect string `json:"expect_effect"` // "run" or "skip"
+	Outcome      string `json:"outcome"`       // "ok" or "throw" for a run
+	ForgetBefore bool   `json:"forget_before"`
+}
+
+// Sequence is one idempotency case of manifest.json.
+type Sequence struct {
+	Name            string
+	Deliveries      []Delivery
+	ExpectedEffects int `json:"expected_effects"`
+}
+
+// IdempotencySequences reads manifest.json → idempotency.sequences.cases
+// (skipping the test when the suite is absent, failing when it is empty).
+func IdempotencySequences(t testing.TB) []Sequence {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(BabelQueueDir(t), "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Idempotency struct {
+			Sequences struct{ Cases []Sequence }
+		}
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	if len(m.Idempotency.Sequences.Cases) == 0 {
+		t.Fatal("manifest.json has no idempotency sequences")
+	}
+	return m.Idempotency.Sequences.Cases
 }
