@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -42,20 +44,7 @@ func newHarness(t *testing.T, mutate func(*config.Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, rabbit: testutil.NewRabbit(t), app: testutil.NewApp(t)}
 	h.queue = h.rabbit.Queue("dptest.", nil)
-	cfg := config.Default()
-	cfg.Consumer = "test"
-	cfg.Admin.Listen = ""
-	cfg.ShutdownTimeout = 10 * time.Second
-	cfg.App.URL = h.app.URL
-	cfg.App.Timeout = 5 * time.Second
-	cfg.SeenSet.Lease = 3 * time.Second
-	cfg.SeenSet.Redis.Addrs = []string{redisAddr()}
-	cfg.SeenSet.Redis.Prefix = testutil.UniqueName("dptest:") + ":"
-	cfg.Delivery.BackoffInitial = 20 * time.Millisecond
-	cfg.Delivery.BackoffMax = 200 * time.Millisecond
-	cfg.Delivery.BusyDelay = 100 * time.Millisecond
-	src := config.DefaultSource()
-	src.Name = "orders"
+	cfg, src := testConfig(h.app.URL)
 	src.RabbitMQ.Queue = h.queue
 	src.RabbitMQ.ReconnectInitial = 50 * time.Millisecond
 	src.RabbitMQ.ReconnectMax = 500 * time.Millisecond
@@ -84,6 +73,40 @@ func (h *harness) cleanupKeys() {
 	for iter.Next(ctx) {
 		c.Del(ctx, iter.Val())
 	}
+}
+
+// testConfig is the defaults with short timeouts and backoffs, this
+// test's own Redis key prefix, and one source named "orders".
+func testConfig(appURL string) (config.Config, config.Source) {
+	cfg := config.Default()
+	cfg.Consumer = "test"
+	cfg.Admin.Listen = ""
+	cfg.ShutdownTimeout = 10 * time.Second
+	cfg.App.URL = appURL
+	cfg.App.Timeout = 5 * time.Second
+	cfg.SeenSet.Lease = 3 * time.Second
+	cfg.SeenSet.Redis.Addrs = []string{redisAddr()}
+	cfg.SeenSet.Redis.Prefix = testutil.UniqueName("dptest:") + ":"
+	cfg.Delivery.BackoffInitial = 20 * time.Millisecond
+	cfg.Delivery.BackoffMax = 200 * time.Millisecond
+	cfg.Delivery.BusyDelay = 100 * time.Millisecond
+	src := config.DefaultSource()
+	src.Name = "orders"
+	return cfg, src
+}
+
+// serveAppOn starts the recording app on addr, a port the proxy was
+// already pointed at while nothing listened there (the app "comes up").
+func serveAppOn(t *testing.T, app *testutil.App, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(app.Config.Handler)
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
 }
 
 // proxy is a running in-process daemon.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,20 +39,7 @@ func newKafkaHarness(t *testing.T, partitions int, mutate func(*config.Config)) 
 	t.Helper()
 	kc := kafkatest.Start(t, int32(partitions), []string{kTopic, kDLQ})
 	h := &kafkaHarness{harness: &harness{t: t, app: testutil.NewApp(t)}, kc: kc, parts: partitions}
-	cfg := config.Default()
-	cfg.Consumer = "test"
-	cfg.Admin.Listen = ""
-	cfg.ShutdownTimeout = 10 * time.Second
-	cfg.App.URL = h.app.URL
-	cfg.App.Timeout = 5 * time.Second
-	cfg.SeenSet.Lease = 3 * time.Second
-	cfg.SeenSet.Redis.Addrs = []string{redisAddr()}
-	cfg.SeenSet.Redis.Prefix = testutil.UniqueName("dptest:") + ":"
-	cfg.Delivery.BackoffInitial = 20 * time.Millisecond
-	cfg.Delivery.BackoffMax = 200 * time.Millisecond
-	cfg.Delivery.BusyDelay = 100 * time.Millisecond
-	src := config.DefaultSource()
-	src.Name = "orders"
+	cfg, src := testConfig(h.app.URL)
 	src.Type = "kafka"
 	// BabelQueue's Kafka binding puts meta.id in the bq-message-id header.
 	src.Key = []string{"header:bq-message-id", "json:meta.id"}
@@ -526,14 +511,7 @@ func TestKafkaAppDown(t *testing.T) {
 	if c := h.committed(); c[0] > 0 || c[1] > 0 {
 		t.Fatalf("committed %v while the app was down", c)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(h.app.Config.Handler)
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
+	serveAppOn(t, h.app, addr)
 	testutil.Eventually(t, 30*time.Second, "all forwarded once the app is up", func() bool { return p.result(t, "forwarded") == n })
 	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committedTotal() == n })
 	for k, c := range h.app.Effects() {

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -309,14 +307,7 @@ func TestAppDownThenUp(t *testing.T) {
 	if f := p.result(t, "forwarded") + p.result(t, "duplicate") + p.result(t, "dead_lettered"); f != 0 {
 		t.Fatalf("%v messages acked or dead-lettered while the app was down", f)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(h.app.Config.Handler)
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
+	serveAppOn(t, h.app, addr)
 	testutil.Eventually(t, 30*time.Second, "all forwarded once the app is up", func() bool { return p.result(t, "forwarded") == n })
 	for k, c := range h.app.Effects() {
 		if c != 1 {
@@ -530,14 +521,7 @@ func TestAppRestartDoesNotDeadLetter(t *testing.T) {
 	if d := p.result(t, "dead_lettered"); d != 0 {
 		t.Fatalf("%v messages dead-lettered while the app was merely unreachable", d)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(h.app.Config.Handler)
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
+	serveAppOn(t, h.app, addr)
 	testutil.Eventually(t, 20*time.Second, "all forwarded", func() bool { return p.result(t, "forwarded") == 10 })
 	if _, ok := h.rabbit.Get(dlq); ok {
 		t.Fatal("dead-letter queue is not empty")
