@@ -128,7 +128,13 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 			first = false
 			delay = s.o.ReconnectInitial
 		}
-		s.log.Warn("rabbitmq connection lost, reconnecting", "reason", errText(err), "retry_in", delay.String())
+		msg := "rabbitmq connection lost, reconnecting"
+		if !connected {
+			// Never got to consuming: a wrong URL, credentials or queue
+			// name is more likely than a network blip; the reason says.
+			msg = "rabbitmq: cannot consume, retrying"
+		}
+		s.log.Warn(msg, "reason", errText(err), "retry_in", delay.String())
 		select {
 		case <-ctx.Done():
 			return nil
