@@ -196,6 +196,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	s.log.Info("rabbitmq consuming", "prefetch", s.o.Prefetch, "workers", s.o.Workers, "reconnect", reconnect)
 
 	lost := make(chan struct{})
+	acks := newAcker(ch, s.log)
 	var stopping atomic.Bool
 	var wg sync.WaitGroup
 	for range s.o.Workers {
@@ -205,10 +206,10 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 			for d := range deliveries {
 				if stopping.Load() {
 					// Prefetched but never started: give it straight back.
-					_ = d.Nack(false, true)
+					_ = acks.nack(d.DeliveryTag, true)
 					continue
 				}
-				h(s.wrap(d, lost, pub))
+				h(s.wrap(d, lost, pub, acks))
 			}
 		}()
 	}
@@ -225,6 +226,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 			s.log.Warn("rabbitmq cancel consumer", "err", err)
 		}
 		<-workersDone
+		acks.close(true)
 		return true, nil
 	case e := <-connClosed:
 		cause = fmt.Errorf("connection closed: %v", e)
@@ -235,15 +237,17 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	}
 	s.connected.Store(false)
 	close(lost)
+	acks.close(false)
 	_ = conn.Close()
 	<-workersDone
 	return true, cause
 }
 
-func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *publisher) *delivery {
+func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *publisher, acks *acker) *delivery {
 	ct := d.ContentType
 	return &delivery{
 		d:    d,
+		acks: acks,
 		src:  s,
 		pub:  pub,
 		lost: lost,
@@ -263,6 +267,7 @@ func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *publisher) *deli
 
 type delivery struct {
 	d    amqp.Delivery
+	acks *acker
 	msg  broker.Message
 	src  *Source
 	pub  *publisher
@@ -274,19 +279,19 @@ func (d *delivery) Lost() <-chan struct{}    { return d.lost }
 
 // Ack goes through the delivery's own channel: a tag acked on another
 // channel is unknown there, and RabbitMQ closes that channel (406).
-func (d *delivery) Ack(context.Context) error { return d.d.Ack(false) }
+func (d *delivery) Ack(context.Context) error { return d.acks.ack(d.d.DeliveryTag) }
 
-func (d *delivery) Requeue(context.Context) error { return d.d.Nack(false, true) }
+func (d *delivery) Requeue(context.Context) error { return d.acks.nack(d.d.DeliveryTag, true) }
 
 func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
 	switch d.src.o.DeadLetterMode {
 	case DeadLetterDLX:
-		return d.d.Nack(false, false)
+		return d.acks.nack(d.d.DeliveryTag, false)
 	case DeadLetterPublish:
 		if err := d.pub.publish(ctx, d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, d.deadLetterMessage(info)); err != nil {
 			return fmt.Errorf("publish dead letter to exchange %q routing key %q: %w", d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, err)
 		}
-		return d.d.Ack(false)
+		return d.acks.ack(d.d.DeliveryTag)
 	}
 	return broker.ErrNoDeadLetter
 }
