@@ -3,12 +3,15 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,16 +53,74 @@ func newHarness(t *testing.T, mutate func(*config.Config)) *harness {
 	src.RabbitMQ.ReconnectMax = 500 * time.Millisecond
 	src.RabbitMQ.Workers = 8
 	src.RabbitMQ.Prefetch = 16
+	h.finish(cfg, src, mutate)
+	return h
+}
+
+// finish installs the one source, applies the test's changes, validates
+// and registers the key cleanup.
+func (h *harness) finish(cfg config.Config, src config.Source, mutate func(*config.Config)) {
+	h.t.Helper()
 	cfg.Sources = []config.Source{src}
 	if mutate != nil {
 		mutate(&cfg)
 	}
 	if err := cfg.Validate(); err != nil {
-		t.Fatalf("test config invalid: %v", err)
+		h.t.Fatalf("test config invalid: %v", err)
 	}
 	h.cfg = cfg
-	t.Cleanup(func() { h.cleanupKeys() })
-	return h
+	h.t.Cleanup(func() { h.cleanupKeys() })
+}
+
+// replaySequence plays one BabelQueue idempotency sequence through a
+// running proxy: the app answers 400 for a "throw" (dead-lettered, id
+// unmarked) and 200 otherwise; send publishes delivery i. It checks run /
+// skip per delivery and the effect total, and returns how many runs threw.
+func (h *harness) replaySequence(p *proxy, c testutil.Sequence, timeout time.Duration, send func(i int, id string)) (throws int) {
+	t := h.t
+	var mu sync.Mutex
+	var outcome string
+	h.app.SetRespond(func(*testutil.Request, int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if outcome == "throw" {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
+	effects := 0
+	for i, d := range c.Deliveries {
+		if d.ForgetBefore {
+			if _, err := p.d.Store().Forget(context.Background(), "test:"+d.MetaID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Lock()
+		outcome = d.Outcome
+		mu.Unlock()
+		before, settled := h.app.Count(), p.settled(t)
+		send(i, d.MetaID)
+		testutil.Eventually(t, timeout, fmt.Sprintf("delivery %d settled", i), func() bool { return p.settled(t) == settled+1 })
+		ran := h.app.Count() - before
+		switch d.ExpectEffect {
+		case "run":
+			if ran != 1 {
+				t.Fatalf("delivery %d (%q): app called %d times, want 1", i, d.MetaID, ran)
+			}
+			effects++
+			if d.Outcome == "throw" {
+				throws++
+			}
+		case "skip":
+			if ran != 0 {
+				t.Fatalf("delivery %d (%q): app called %d times, want 0 (skip)", i, d.MetaID, ran)
+			}
+		}
+	}
+	if effects != c.ExpectedEffects || h.app.Count() != c.ExpectedEffects {
+		t.Fatalf("effects = %d, app requests = %d, want %d", effects, h.app.Count(), c.ExpectedEffects)
+	}
+	return throws
 }
 
 func (h *harness) cleanupKeys() {

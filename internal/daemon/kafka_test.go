@@ -51,15 +51,7 @@ func newKafkaHarness(t *testing.T, partitions int, mutate func(*config.Config)) 
 	k.SessionTimeout = 6 * time.Second // kfake's minimum
 	k.HeartbeatInterval = time.Second
 	k.RebalanceTimeout = 10 * time.Second
-	cfg.Sources = []config.Source{src}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("test config invalid: %v", err)
-	}
-	h.cfg = cfg
-	t.Cleanup(func() { h.cleanupKeys() })
+	h.finish(cfg, src, mutate)
 	return h
 }
 
@@ -106,49 +98,10 @@ func TestKafkaBabelQueueIdempotencySequences(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
 			h := newKafkaHarness(t, 1, func(c *config.Config) { c.Sources[0].Kafka.DeadLetterTopic = kDLQ })
-			var mu sync.Mutex
-			var outcome string
-			h.app.SetRespond(func(*testutil.Request, int) int {
-				mu.Lock()
-				defer mu.Unlock()
-				if outcome == "throw" {
-					return http.StatusBadRequest
-				}
-				return http.StatusOK
-			})
 			p := h.start()
-			effects, throws := 0, 0
-			for i, d := range c.Deliveries {
-				if d.ForgetBefore {
-					if _, err := p.d.Store().Forget(context.Background(), "test:"+d.MetaID); err != nil {
-						t.Fatal(err)
-					}
-				}
-				mu.Lock()
-				outcome = d.Outcome
-				mu.Unlock()
-				before, settled := h.app.Count(), p.settled(t)
-				h.produce(kmsg(0, "", d.MetaID, strconv.Itoa(i)))
-				testutil.Eventually(t, 15*time.Second, fmt.Sprintf("delivery %d settled", i), func() bool { return p.settled(t) == settled+1 })
-				ran := h.app.Count() - before
-				switch d.ExpectEffect {
-				case "run":
-					if ran != 1 {
-						t.Fatalf("delivery %d (%q): app called %d times, want 1", i, d.MetaID, ran)
-					}
-					effects++
-					if d.Outcome == "throw" {
-						throws++
-					}
-				case "skip":
-					if ran != 0 {
-						t.Fatalf("delivery %d (%q): app called %d times, want 0 (skip)", i, d.MetaID, ran)
-					}
-				}
-			}
-			if effects != c.ExpectedEffects || h.app.Count() != c.ExpectedEffects {
-				t.Fatalf("effects = %d, app requests = %d, want %d", effects, h.app.Count(), c.ExpectedEffects)
-			}
+			throws := h.replaySequence(p, c, 15*time.Second, func(i int, id string) {
+				h.produce(kmsg(0, "", id, strconv.Itoa(i)))
+			})
 			n := int64(len(c.Deliveries))
 			testutil.Eventually(t, 10*time.Second, "every delivery committed", func() bool { return h.committed()[0] == n })
 			if got := p.result(t, "dead_lettered"); got != float64(throws) {

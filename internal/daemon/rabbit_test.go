@@ -37,49 +37,10 @@ func TestBabelQueueIdempotencySequences(t *testing.T) {
 			h := newHarness(t, nil)
 			dlq = h.rabbit.Queue("dptest.dlq.", nil)
 			h.cfg.Sources[0].RabbitMQ.DeadLetter = config.RabbitDeadLetter{Mode: "publish", RoutingKey: dlq}
-			var outcome string
-			var mu sync.Mutex
-			h.app.SetRespond(func(*testutil.Request, int) int {
-				mu.Lock()
-				defer mu.Unlock()
-				if outcome == "throw" {
-					return http.StatusBadRequest
-				}
-				return http.StatusOK
-			})
 			p := h.start()
-			effects := 0
-			for i, d := range c.Deliveries {
-				if d.ForgetBefore {
-					if _, err := p.d.Store().Forget(context.Background(), "test:"+d.MetaID); err != nil {
-						t.Fatal(err)
-					}
-				}
-				mu.Lock()
-				outcome = d.Outcome
-				mu.Unlock()
-				before, settled := h.app.Count(), p.settled(t)
-				publishJSON(h, envelope(d.MetaID, fmt.Sprint(i)))
-				testutil.Eventually(t, 10*time.Second, fmt.Sprintf("delivery %d settled", i), func() bool { return p.settled(t) == settled+1 })
-				ran := h.app.Count() - before
-				switch d.ExpectEffect {
-				case "run":
-					if ran != 1 {
-						t.Fatalf("delivery %d (%s): app called %d times, want 1", i, d.MetaID, ran)
-					}
-					effects++
-				case "skip":
-					if ran != 0 {
-						t.Fatalf("delivery %d (%s): app called %d times, want 0 (skip)", i, d.MetaID, ran)
-					}
-				}
-			}
-			if effects != c.ExpectedEffects {
-				t.Fatalf("effects = %d, want %d", effects, c.ExpectedEffects)
-			}
-			if got := h.app.Count(); got != c.ExpectedEffects {
-				t.Fatalf("app handled %d requests, want %d", got, c.ExpectedEffects)
-			}
+			h.replaySequence(p, c, 10*time.Second, func(i int, id string) {
+				publishJSON(h, envelope(id, fmt.Sprint(i)))
+			})
 			p.stop(t)
 			if n := h.rabbit.Ready(h.queue); n != 0 {
 				t.Fatalf("queue holds %d messages after the sequence; every delivery must be acked", n)
