@@ -108,7 +108,7 @@ func (b *batcher) drain() {
 		select {
 		case c := <-b.calls:
 			c.err = errClosed
-			close(c.done)
+			c.finish()
 		default:
 			return
 		}
@@ -121,7 +121,7 @@ func (b *batcher) exec(batch []*call) {
 		if err := c.ctx.Err(); err != nil {
 			// Its caller gave up: do not run a claim nobody waits for.
 			c.err = err
-			close(c.done)
+			c.finish()
 			continue
 		}
 		live = append(live, c)
@@ -132,7 +132,7 @@ func (b *batcher) exec(batch []*call) {
 	case 1:
 		c := live[0]
 		c.n, c.err = c.script.Run(c.ctx, b.c, c.keys, c.args...).Int64()
-		close(c.done)
+		c.finish()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
@@ -151,6 +151,14 @@ func (b *batcher) exec(batch []*call) {
 			n, err = c.script.Run(ctx, b.c, c.keys, c.args...).Int64()
 		}
 		c.n, c.err = n, err
+		c.finish()
+	}
+}
+
+// finish wakes the caller waiting in do; a batch call (ClaimMany) has no
+// one waiting, its caller reads the result after exec returns.
+func (c *call) finish() {
+	if c.done != nil {
 		close(c.done)
 	}
 }

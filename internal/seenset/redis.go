@@ -50,7 +50,7 @@ type Redis struct {
 	batch  *batcher
 }
 
-var _ Store = (*Redis)(nil)
+var _ BatchStore = (*Redis)(nil)
 
 // NewRedis creates a client from o. It does not contact Redis: a sidecar must
 // be able to start while Redis is down and report it through Ping
@@ -184,6 +184,10 @@ func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duratio
 	if err != nil {
 		return 0, err
 	}
+	return claimResult(n)
+}
+
+func claimResult(n int64) (ClaimResult, error) {
 	switch n {
 	case replyOK:
 		return Claimed, nil
@@ -193,6 +197,60 @@ func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duratio
 		return Busy, nil
 	}
 	return 0, unexpectedReply(n)
+}
+
+// ClaimMany sends every claim in one pipeline, on the caller's goroutine:
+// the items are known together, so there is nothing to wait for.
+func (r *Redis) ClaimMany(ctx context.Context, items []KeyToken, lease time.Duration) []ClaimReply {
+	out := make([]ClaimReply, len(items))
+	calls := r.batchCalls(ctx, claimScript, items, lease, func(i int, err error) { out[i].Err = err })
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		if c.err != nil {
+			out[i].Err = unavailable(ctx, c.err)
+			continue
+		}
+		out[i].Result, out[i].Err = claimResult(c.n)
+	}
+	return out
+}
+
+// CommitMany sends every commit in one pipeline.
+func (r *Redis) CommitMany(ctx context.Context, items []KeyToken, ttl time.Duration) []error {
+	out := make([]error, len(items))
+	calls := r.batchCalls(ctx, commitScript, items, ttl, func(i int, err error) { out[i] = err })
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		if c.err != nil {
+			out[i] = unavailable(ctx, c.err)
+			continue
+		}
+		out[i] = ownedResult(c.n)
+	}
+	return out
+}
+
+// batchCalls validates items (invalid reports its error and gets no call)
+// and runs the valid ones as one pipelined batch.
+func (r *Redis) batchCalls(ctx context.Context, s *redis.Script, items []KeyToken, d time.Duration, invalid func(int, error)) []*call {
+	calls := make([]*call, len(items))
+	live := make([]*call, 0, len(items))
+	ms := millis(d)
+	for i, it := range items {
+		if err := ValidateArgs(it.Key, it.Token, d); err != nil {
+			invalid(i, err)
+			continue
+		}
+		c := &call{ctx: ctx, script: s, keys: []string{r.prefix + it.Key}, args: []any{it.Token, ms}}
+		calls[i] = c
+		live = append(live, c)
+	}
+	r.batch.exec(live)
+	return calls
 }
 
 func (r *Redis) Renew(ctx context.Context, key, token string, lease time.Duration) error {
@@ -297,6 +355,10 @@ func (r *Redis) runOwned(ctx context.Context, s *redis.Script, key string, args 
 	if err != nil {
 		return err
 	}
+	return ownedResult(n)
+}
+
+func ownedResult(n int64) error {
 	switch n {
 	case replyOK:
 		return nil

@@ -240,6 +240,16 @@ func TestRedisUnavailableAndRecovery(t *testing.T) {
 		{"Forget", func() error { _, err := s.Forget(ctx, "k"); return err }},
 		{"Status", func() error { _, err := s.Status(ctx, "k"); return err }},
 		{"Ping", func() error { return s.Ping(ctx) }},
+		{"ClaimMany", func() error {
+			return firstErr(s.ClaimMany(ctx, []seenset.KeyToken{{Key: "k", Token: "A"}, {Key: "k2", Token: "A"}}, time.Minute))
+		}},
+		{"CommitMany", func() error {
+			errs := s.CommitMany(ctx, []seenset.KeyToken{{Key: "k", Token: "A"}, {Key: "k2", Token: "A"}}, time.Minute)
+			if !errors.Is(errs[1], seenset.ErrUnavailable) {
+				return errs[1]
+			}
+			return errs[0]
+		}},
 	}
 	// In parallel: each call is bounded on its own, and the test stays short.
 	var wg sync.WaitGroup
@@ -322,7 +332,30 @@ func TestRedisScriptCacheFlushed(t *testing.T) {
 		if err := s.Commit(ctx, k, "A", time.Minute); err != nil {
 			t.Fatalf("Commit after SCRIPT FLUSH: %v", err)
 		}
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// A pipelined batch falls back per item, in order.
+		rs := s.ClaimMany(ctx, []seenset.KeyToken{{Key: k, Token: "B"}, {Key: k + "b", Token: "B"}, {Key: k + "b", Token: "C"}}, time.Minute)
+		if rs[0].Result != seenset.Duplicate || rs[1].Result != seenset.Claimed || rs[2].Result != seenset.Busy || firstErr(rs) != nil {
+			t.Fatalf("ClaimMany after SCRIPT FLUSH: %+v", rs)
+		}
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if errs := s.CommitMany(ctx, []seenset.KeyToken{{Key: k + "b", Token: "B"}}, time.Minute); errs[0] != nil {
+			t.Fatalf("CommitMany after SCRIPT FLUSH: %v", errs[0])
+		}
 	}
+}
+
+func firstErr(rs []seenset.ClaimReply) error {
+	for _, r := range rs {
+		if r.Err != nil {
+			return r.Err
+		}
+	}
+	return nil
 }
 
 func BenchmarkRedisClaimCommit(b *testing.B) {

@@ -148,3 +148,53 @@ func ValidateArgs(key, token string, d time.Duration) error {
 	}
 	return nil
 }
+
+// KeyToken is one item of a batch call: the full key and the caller's
+// token for it.
+type KeyToken struct {
+	Key   string
+	Token string
+}
+
+// ClaimReply is the answer for one item of ClaimMany.
+type ClaimReply struct {
+	Result ClaimResult
+	Err    error
+}
+
+// BatchStore is a Store that can run many claims or commits in one round
+// trip. Each item is still its own atomic transition, run in the order
+// given, with exactly the outcome and error the single call would give:
+// only the round trip is shared. A Kafka partition claims the messages it
+// has already fetched this way before forwarding them in order.
+type BatchStore interface {
+	Store
+	ClaimMany(ctx context.Context, items []KeyToken, lease time.Duration) []ClaimReply
+	CommitMany(ctx context.Context, items []KeyToken, ttl time.Duration) []error
+}
+
+// ClaimMany claims every item, in one round trip when s is a BatchStore
+// and one call per item otherwise.
+func ClaimMany(ctx context.Context, s Store, items []KeyToken, lease time.Duration) []ClaimReply {
+	if b, ok := s.(BatchStore); ok {
+		return b.ClaimMany(ctx, items, lease)
+	}
+	out := make([]ClaimReply, len(items))
+	for i, it := range items {
+		out[i].Result, out[i].Err = s.Claim(ctx, it.Key, it.Token, lease)
+	}
+	return out
+}
+
+// CommitMany commits every item, in one round trip when s is a
+// BatchStore and one call per item otherwise.
+func CommitMany(ctx context.Context, s Store, items []KeyToken, ttl time.Duration) []error {
+	if b, ok := s.(BatchStore); ok {
+		return b.CommitMany(ctx, items, ttl)
+	}
+	out := make([]error, len(items))
+	for i, it := range items {
+		out[i] = s.Commit(ctx, it.Key, it.Token, ttl)
+	}
+	return out
+}

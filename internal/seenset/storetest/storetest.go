@@ -56,6 +56,15 @@ func Run(t *testing.T, newStore func(t *testing.T) seenset.Store) {
 		{"SubMillisecondLease", testSubMillisecond},
 		{"InvalidArgument", testInvalidArgument},
 		{"KeyAndTokenShapes", testShapes},
+		{"ClaimManyCommitMany", func(t *testing.T, s seenset.Store) {
+			if _, ok := s.(seenset.BatchStore); !ok {
+				t.Fatalf("%T does not implement seenset.BatchStore", s)
+			}
+			testBatch(t, s)
+		}},
+		// The fallback of seenset.ClaimMany for a Store without batches
+		// must give the same answers.
+		{"ClaimManyFallback", func(t *testing.T, s seenset.Store) { testBatch(t, plainStore{s}) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -516,5 +525,62 @@ func ttlWithin(t *testing.T, got, set time.Duration) {
 	t.Helper()
 	if got <= 0 || got > set || got < set-2*time.Second {
 		t.Fatalf("TTL %v, want in (%v, %v]", got, set-2*time.Second, set)
+	}
+}
+
+// plainStore hides a backend's BatchStore methods.
+type plainStore struct{ seenset.Store }
+
+// testBatch: each item of a batch gets exactly the single call's answer,
+// in order, and an invalid item spoils nothing else.
+func testBatch(t *testing.T, s seenset.Store) {
+	fresh, done, busy := key(t), key(t), key(t)
+	mustClaim(t, s, done, tok(9), long, seenset.Claimed)
+	mustOK(t, "Commit", s.Commit(ctx(t), done, tok(9), long))
+	mustClaim(t, s, busy, tok(9), long, seenset.Claimed)
+
+	replies := seenset.ClaimMany(ctx(t), s, []seenset.KeyToken{
+		{Key: fresh, Token: tok(1)}, {Key: done, Token: tok(2)}, {Key: busy, Token: tok(3)},
+		{Key: fresh, Token: tok(4)}, // the same key again later in the batch: held by tok(1)
+		{Key: "", Token: tok(5)},
+		{Key: busy, Token: tok(9)}, // the owner reclaiming: Claimed
+	}, long)
+	want := []seenset.ClaimResult{seenset.Claimed, seenset.Duplicate, seenset.Busy, seenset.Busy, 0, seenset.Claimed}
+	if len(replies) != len(want) {
+		t.Fatalf("ClaimMany: %d replies, want %d", len(replies), len(want))
+	}
+	for i, r := range replies {
+		if i == 4 {
+			if !errors.Is(r.Err, seenset.ErrInvalidArgument) {
+				t.Fatalf("ClaimMany item %d (empty key): err %v, want ErrInvalidArgument", i, r.Err)
+			}
+			continue
+		}
+		if r.Err != nil || r.Result != want[i] {
+			t.Fatalf("ClaimMany item %d = %v, %v; want %v", i, r.Result, r.Err, want[i])
+		}
+	}
+	mustStatus(t, s, fresh, seenset.Inflight, tok(1))
+
+	absent := key(t)
+	errs := seenset.CommitMany(ctx(t), s, []seenset.KeyToken{
+		{Key: fresh, Token: tok(1)}, {Key: busy, Token: tok(2)}, {Key: absent, Token: tok(3)}, {Key: done, Token: tok(4)}, {Key: fresh, Token: ""},
+	}, long)
+	if len(errs) != 5 {
+		t.Fatalf("CommitMany: %d replies, want 5", len(errs))
+	}
+	mustOK(t, "CommitMany own lease", errs[0])
+	mustNotOwner(t, "CommitMany other's lease", errs[1])
+	mustOK(t, "CommitMany absent", errs[2])
+	mustNotOwner(t, "CommitMany other's done", errs[3])
+	if !errors.Is(errs[4], seenset.ErrInvalidArgument) {
+		t.Fatalf("CommitMany empty token: err %v, want ErrInvalidArgument", errs[4])
+	}
+	mustStatus(t, s, fresh, seenset.Done, tok(1))
+	mustStatus(t, s, busy, seenset.Inflight, tok(9))
+	mustStatus(t, s, absent, seenset.Done, tok(3))
+
+	if got := seenset.ClaimMany(ctx(t), s, nil, long); len(got) != 0 {
+		t.Fatalf("ClaimMany(nil) = %v", got)
 	}
 }
