@@ -124,9 +124,10 @@ func (d *kafkaDest) cleanup() {
 	_, _ = d.k.client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: []string{d.topic}})
 }
 
-// inflightBound: with partition ordering (the default) a partition has
-// one message in flight.
-func (d *kafkaDest) inflightBound() int { return d.k.o.partitions }
+// inflightBound: with partition ordering (the default) a partition hands
+// at most batch_size fetched messages to the pipeline at once; one of
+// them is at the app.
+func (d *kafkaDest) inflightBound() int { return d.k.o.partitions * d.k.o.kafkaBatch }
 
 func (d *kafkaDest) group() string { return d.topic + "-group" }
 
@@ -138,7 +139,8 @@ func (d *kafkaDest) proxySource() string {
       group: "%s"
       commit_every: 500
       commit_interval: 1s
-`, d.k.addr, d.topic, d.group())
+      batch_size: %d
+`, d.k.addr, d.topic, d.group(), d.k.o.kafkaBatch)
 }
 
 func (d *kafkaDest) bareArgs() []string {

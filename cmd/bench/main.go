@@ -60,6 +60,7 @@ type options struct {
 	prefetch   int
 	workers    int
 	partitions int
+	kafkaBatch int
 	amqpURL    string
 	redisBin   string
 	brokers    string
@@ -88,6 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.prefetch, "prefetch", 100, "RabbitMQ prefetch, bare and proxy alike")
 	fs.IntVar(&o.workers, "workers", 32, "RabbitMQ concurrent workers (and app connection pool), bare and proxy alike")
 	fs.IntVar(&o.partitions, "partitions", 6, "Kafka partitions per topic")
+	fs.IntVar(&o.kafkaBatch, "kafka-batch", 32, "the proxy's Kafka batch_size (1: claim one message at a time)")
 	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	fs.StringVar(&o.redisBin, "redis-server", "redis-server", "redis-server binary for the private seen-set Redis")
 	fs.StringVar(&o.brokers, "brokers", "rabbitmq,kafka", "brokers to measure, comma-separated")
@@ -102,8 +104,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if o.n < 2 || o.rate < 1 || o.paced <= 0 || o.bodyBytes < 64 || o.prefetch < 1 || o.workers < 1 || o.partitions < 1 {
-		fmt.Fprintln(stderr, "bench: -n ≥ 2, -rate ≥ 1, -paced > 0, -body ≥ 64, -prefetch, -workers and -partitions ≥ 1")
+	if o.n < 2 || o.rate < 1 || o.paced <= 0 || o.bodyBytes < 64 || o.prefetch < 1 || o.workers < 1 || o.partitions < 1 || o.kafkaBatch < 1 {
+		fmt.Fprintln(stderr, "bench: -n ≥ 2, -rate ≥ 1, -paced > 0, -body ≥ 64, -prefetch, -workers, -partitions and -kafka-batch ≥ 1")
 		return 2
 	}
 	o.n -= o.n % 2 // (d) is exactly half duplicates

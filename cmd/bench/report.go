@@ -59,8 +59,8 @@ func (b *bench) machine(ctx context.Context) []string {
 			moduleVersion("github.com/twmb/franz-go/pkg/kfake"), b.o.partitions, moduleVersion("github.com/segmentio/kafka-go")),
 		fmt.Sprintf("load average at start: %s (everything — brokers, Redis, app, consumer — shares these cores)",
 			strings.Join(strings.Fields(string(load))[:3], " ")),
-		fmt.Sprintf("backlog %d messages of %d bytes; latency phase %d msgs/s for %s; RabbitMQ prefetch %d, %d workers; Kafka in partition order, commits every 500 or 1s",
-			b.o.n, b.o.bodyBytes, b.o.rate, b.o.paced, b.o.prefetch, b.o.workers),
+		fmt.Sprintf("backlog %d messages of %d bytes; latency phase %d msgs/s for %s; RabbitMQ prefetch %d, %d workers; Kafka in partition order, proxy batch_size %d, commits every 500 or 1s",
+			b.o.n, b.o.bodyBytes, b.o.rate, b.o.paced, b.o.prefetch, b.o.workers, b.o.kafkaBatch),
 	}
 }
 

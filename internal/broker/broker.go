@@ -73,6 +73,20 @@ type Delivery interface {
 // order for deliveries whose order it must keep (a Kafka partition).
 type Handler func(Delivery)
 
+// BatchHandler processes deliveries of one ordered stream (a Kafka
+// partition) that were fetched together, in order, as a Handler would
+// one after the other, and settles each before it returns — except on
+// shutdown or when the deliveries were lost. Seeing them together lets
+// it claim all their keys in one seen-set round trip.
+type BatchHandler func([]Delivery)
+
+// BatchSource is a Source that can hand over batches. A caller that has
+// a BatchHandler uses RunBatches instead of Run.
+type BatchSource interface {
+	Source
+	RunBatches(ctx context.Context, h BatchHandler) error
+}
+
 // Source consumes from one broker destination.
 type Source interface {
 	// Name is the configured source name.

@@ -137,6 +137,7 @@ type Kafka struct {
 	StartOffset       string        `mapstructure:"start_offset"`
 	Ordering          string        `mapstructure:"ordering"`
 	MaxInFlight       int           `mapstructure:"max_in_flight"`
+	BatchSize         int           `mapstructure:"batch_size"`
 	CommitInterval    time.Duration `mapstructure:"commit_interval"`
 	CommitEvery       int           `mapstructure:"commit_every"`
 	SessionTimeout    time.Duration `mapstructure:"session_timeout"`
@@ -226,6 +227,7 @@ func DefaultSource() Source {
 			StartOffset:       "earliest",
 			Ordering:          "partition",
 			MaxInFlight:       64,
+			BatchSize:         32,
 			CommitInterval:    time.Second,
 			CommitEvery:       500,
 			SessionTimeout:    10 * time.Second,

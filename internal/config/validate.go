@@ -200,6 +200,7 @@ func (s *Source) validate(at string, p *problems) {
 		p.oneOf(at+".start_offset", k.StartOffset, "earliest", "latest")
 		p.oneOf(at+".ordering", k.Ordering, "partition", "key")
 		p.atLeast(at+".max_in_flight", k.MaxInFlight, 1)
+		p.atLeast(at+".batch_size", k.BatchSize, 1)
 		p.positive(at+".commit_interval", k.CommitInterval)
 		p.atLeast(at+".commit_every", k.CommitEvery, 1)
 		p.positive(at+".session_timeout", k.SessionTimeout)

@@ -57,8 +57,8 @@ type Daemon struct {
 }
 
 type source struct {
-	src     broker.Source
-	handler broker.Handler
+	src broker.Source
+	run func(context.Context) error
 }
 
 // New builds a Daemon; nothing connects until Run.
@@ -144,14 +144,23 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 			d.closeStore()
 			return nil, fmt.Errorf("source %s key: %w", sc.Name, err)
 		}
-		d.sources = append(d.sources, source{src: src, handler: d.pipe.Handler(pipeline.SourceOptions{
+		so := pipeline.SourceOptions{
 			Name:                 sc.Name,
 			Kind:                 sc.Type,
 			Path:                 sc.Path,
 			Keys:                 ex,
 			DeadLetterMissingKey: sc.OnMissingKey == "dead_letter",
 			Requeues:             src.Requeues(),
-		})})
+		}
+		s := source{src: src}
+		if bs, ok := src.(broker.BatchSource); ok {
+			h := d.pipe.BatchHandler(so)
+			s.run = func(ctx context.Context) error { return bs.RunBatches(ctx, h) }
+		} else {
+			h := d.pipe.Handler(so)
+			s.run = func(ctx context.Context) error { return src.Run(ctx, h) }
+		}
+		d.sources = append(d.sources, s)
 	}
 	d.metrics.SetConnectedProbe(func(set func(string, bool)) {
 		for _, s := range d.sources {
@@ -199,6 +208,7 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 			StartOffset:       k.StartOffset,
 			Ordering:          k.Ordering,
 			MaxInFlight:       k.MaxInFlight,
+			BatchSize:         k.BatchSize,
 			CommitInterval:    k.CommitInterval,
 			CommitEvery:       k.CommitEvery,
 			SessionTimeout:    k.SessionTimeout,
@@ -322,7 +332,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.src.Run(ctx, s.handler); err != nil {
+			if err := s.run(ctx); err != nil {
 				d.log.Error("source stopped", "source", s.src.Name(), "err", err)
 			}
 		}()

@@ -241,6 +241,8 @@ func counter(t testing.TB, reg *prometheus.Registry, name string, labels map[str
 					total += m.Counter.GetValue()
 				case m.Gauge != nil:
 					total += m.Gauge.GetValue()
+				case m.Histogram != nil:
+					total += float64(m.Histogram.GetSampleCount())
 				}
 			}
 		}

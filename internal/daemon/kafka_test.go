@@ -561,3 +561,70 @@ func TestKafkaBusyKeyWaitsInOrder(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "committed", func() bool { return h.committed()[0] == 2 })
 }
+
+// A backlog reaches the proxy in batches (batch_size): every key is
+// claimed in one round trip, duplicates inside a batch and across
+// partitions are skipped, and each partition's messages still reach the
+// app one at a time in offset order.
+func TestKafkaBacklogBatches(t *testing.T) {
+	h := newKafkaHarness(t, 3, func(c *config.Config) { c.Sources[0].Kafka.BatchSize = 16 })
+	var recs []kafkatest.Record
+	unique := map[string]bool{}
+	for i := range 300 {
+		part := i % 3
+		id := fmt.Sprintf("batch-%d", i)
+		switch {
+		case i%5 == 3:
+			id = fmt.Sprintf("batch-%d", i-3) // same partition, a few behind
+		case i%7 == 6:
+			id = fmt.Sprintf("batch-%d", i-1) // another partition
+		}
+		unique[id] = true
+		recs = append(recs, kmsg(part, "", id, ""))
+	}
+	// Produced before the proxy starts: a backlog, fetched in batches.
+	h.produce(recs...)
+	var mu sync.Mutex
+	last := map[string]int{}
+	var bad []string
+	h.app.SetRespond(func(r *testutil.Request, _ int) int {
+		part := r.Header.Get("X-Dedupe-Partition")
+		o, _ := strconv.Atoi(r.Header.Get("X-Dedupe-Offset"))
+		mu.Lock()
+		if l, ok := last[part]; ok && o <= l {
+			bad = append(bad, fmt.Sprintf("partition %s: offset %d after %d", part, o, l))
+		}
+		last[part] = o
+		mu.Unlock()
+		return http.StatusOK
+	})
+	p := h.start()
+	testutil.Eventually(t, 30*time.Second, "backlog settled", func() bool {
+		return p.result(t, "forwarded")+p.result(t, "duplicate") == 300
+	})
+	if got := p.result(t, "forwarded"); got != float64(len(unique)) {
+		t.Fatalf("forwarded %v, want %d unique keys", got, len(unique))
+	}
+	for k, n := range h.app.Effects() {
+		if n != 1 {
+			t.Errorf("key %s effected %d times", k, n)
+		}
+	}
+	if len(h.app.Effects()) != len(unique) {
+		t.Fatalf("app saw %d keys, want %d", len(h.app.Effects()), len(unique))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("partition order broken: %v", bad)
+	}
+	// One claim round trip per batch, and one per duplicate that found
+	// its original still in flight in the same batch: far fewer than one
+	// per message.
+	claims := counter(t, p.d.Registry(), "dedupe_proxy_seenset_duration_seconds", map[string]string{"op": "claim"})
+	if claims >= 200 {
+		t.Errorf("%v claim round trips for 300 messages: the backlog was not claimed in batches", claims)
+	}
+	t.Logf("%v claim round trips for 300 messages", claims)
+	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committedTotal() == 300 })
+}

@@ -86,7 +86,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"source", "class"}),
 		StoreDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dedupe_proxy_seenset_duration_seconds",
-			Help:    "Latency of seen-set operations.",
+			Help:    "Latency of seen-set round trips; a batch of claims or commits is one.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5, 1, 2.5},
 		}, []string{"op"}),
 		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -147,17 +147,36 @@ func (p *Pipeline) Abort() {
 
 // Handler returns the broker.Handler for one source.
 func (p *Pipeline) Handler(s SourceOptions) broker.Handler {
+	src := p.source(s)
+	return func(d broker.Delivery) { p.handle(src, d) }
+}
+
+// BatchHandler returns the broker.BatchHandler for one source (see
+// batch.go). Use one of Handler and BatchHandler per source.
+func (p *Pipeline) BatchHandler(s SourceOptions) broker.BatchHandler {
+	src := p.source(s)
+	return func(ds []broker.Delivery) {
+		if len(ds) == 1 {
+			p.handle(src, ds[0])
+			return
+		}
+		p.handleBatch(src, ds)
+	}
+}
+
+func (p *Pipeline) source(s SourceOptions) *source {
 	if s.Keys == nil {
 		s.Keys, _ = keys.Parse(nil)
 	}
 	p.m.InitSource(s.Name, s.Kind)
-	src := &source{SourceOptions: s, m: p.bind(s.Name)}
-	return func(d broker.Delivery) {
-		w := &work{p: p, s: src, d: d, m: d.Message()}
-		src.m.inflight.Inc()
-		defer src.m.inflight.Dec()
-		w.run()
-	}
+	return &source{SourceOptions: s, m: p.bind(s.Name)}
+}
+
+func (p *Pipeline) handle(src *source, d broker.Delivery) {
+	w := &work{p: p, s: src, d: d, m: d.Message()}
+	src.m.inflight.Inc()
+	defer src.m.inflight.Dec()
+	w.run()
 }
 
 // source is a source's options with its metric series resolved once:
@@ -205,6 +224,14 @@ type work struct {
 	full string // "<consumer>:<key>"
 	last forward.Result
 	meta []forward.Header
+	// group, when set (a batch), takes the commit and ack of a success,
+	// so that the next message's forward need not wait for them.
+	group *committer
+	// prior is a token this message may hold a claim under already (a
+	// batch claim whose answer was lost): the first claim reuses it, and
+	// a claim under the same token is idempotent, so the message does not
+	// find its own lease busy.
+	prior string
 }
 
 func (w *work) run() {
@@ -236,28 +263,37 @@ func (w *work) run() {
 			return
 		}
 		// Fail-open: work that cannot be identified is never dropped.
-		w.forwardLoop(false)
+		w.forwardLoop(false, "")
 		return
 	}
 	w.key = key
 	w.full = p.o.Consumer + ":" + key
-	w.forwardLoop(true)
+	w.forwardLoop(true, "")
 }
 
 // forwardLoop claims, forwards and settles; withStore=false forwards
-// without the seen-set (no key, or fail-open on a store error).
-func (w *work) forwardLoop(withStore bool) {
+// without the seen-set (no key, or fail-open on a store error). claimed,
+// when not empty, is the token of a claim already held: the first try
+// forwards at once.
+func (w *work) forwardLoop(withStore bool, claimed string) {
 	p := w.p
 	attempt := 0
 	down := 0 // consecutive tries that found the app unreachable
 	for {
-		if !w.waitGate() {
+		// A claim held already was taken with the gate open just before.
+		fresh := claimed == ""
+		token := claimed
+		claimed = ""
+		if fresh && !w.waitGate() {
 			w.requeue("stopped while the app was down")
 			return
 		}
-		token := ""
-		if withStore {
-			token = p.tokenPfx + strconv.FormatUint(p.tokenSeq.Add(1), 36)
+		if fresh && withStore {
+			token = w.prior
+			w.prior = ""
+			if token == "" {
+				token = p.newToken()
+			}
 			res, err := w.claim(token)
 			if err != nil {
 				if errors.Is(err, seenset.ErrUnavailable) && p.o.FailOpenOnStoreError {
@@ -289,6 +325,10 @@ func (w *work) forwardLoop(withStore bool) {
 		w.last = w.forward(attempt, token, withStore)
 		switch w.last.Outcome {
 		case forward.Success:
+			if withStore && w.group != nil {
+				w.group.add(w, token)
+				return
+			}
 			if withStore {
 				w.commit(token)
 			}
@@ -452,6 +492,9 @@ func (w *work) renewLease(token string) (stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
+	// Held while t is assigned: the callback reads t under mu.
+	mu.Lock()
+	defer mu.Unlock()
 	t = time.AfterFunc(p.o.Lease/3, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -597,6 +640,10 @@ func (p *Pipeline) backoff(attempt int, retryAfter time.Duration) time.Duration 
 		out = min(retryAfter, p.o.BackoffMax)
 	}
 	return max(out, time.Millisecond)
+}
+
+func (p *Pipeline) newToken() string {
+	return p.tokenPfx + strconv.FormatUint(p.tokenSeq.Add(1), 36)
 }
 
 func (p *Pipeline) observe(op string, start time.Time, err error) {

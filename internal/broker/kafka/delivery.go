@@ -68,6 +68,12 @@ func (p *partition) newDelivery(ctx context.Context, m kafkago.Message, redelive
 
 func (d *delivery) Message() *broker.Message { return &d.msg }
 
+// finished: acked or dead-lettered, the partition may commit past it.
+func (d *delivery) finished() bool {
+	st := d.state.Load()
+	return st == stateAcked || st == stateDeadLettered
+}
+
 // Lost is closed when the partition is revoked or the source stops.
 func (d *delivery) Lost() <-chan struct{} { return d.lost }
 

@@ -8,7 +8,9 @@
 // nothing is committed by kafka-go on its own. Partitions run in parallel.
 //
 // Ordering. OrderingPartition (the default) hands a partition's messages
-// to the handler one at a time, in offset order. OrderingKey lets messages
+// to the handler in offset order: to a BatchHandler (RunBatches) up to
+// BatchSize at a time, as many as were already fetched, to a Handler (Run)
+// one at a time. OrderingKey lets messages
 // of one partition with different record keys run concurrently, while
 // messages with the same record key stay strictly in offset order (and all
 // messages without a record key are ordered among themselves). MaxInFlight
@@ -88,6 +90,10 @@ type Options struct {
 	// handler at once, and how many fetched messages of one partition may
 	// wait behind its oldest unfinished one. Default 64.
 	MaxInFlight int
+	// BatchSize (OrderingPartition) is the most messages of one partition
+	// handed to a BatchHandler at once: those already fetched, never
+	// waiting for more. Default 32; 1 hands them over one by one.
+	BatchSize int
 	// CommitInterval and CommitEvery batch offset commits. Defaults 1s, 500.
 	CommitInterval time.Duration
 	CommitEvery    int
@@ -169,6 +175,7 @@ func New(o Options) (*Source, error) {
 		o.Ordering = OrderingPartition
 	}
 	defaultInt(&o.MaxInFlight, 64)
+	defaultInt(&o.BatchSize, 32)
 	defaultInt(&o.CommitEvery, 500)
 	defaultDuration(&o.CommitInterval, time.Second)
 	defaultDuration(&o.SessionTimeout, 10*time.Second)
@@ -333,6 +340,22 @@ func (s *Source) Close() error {
 // shutdown timeout), finished work is committed, the member leaves the
 // group, and Run returns nil.
 func (s *Source) Run(ctx context.Context, h broker.Handler) error {
+	return s.RunBatches(ctx, func(ds []broker.Delivery) {
+		for _, d := range ds {
+			h(d)
+			if !d.(*delivery).finished() {
+				// Left unfinished: the rest must wait behind it, and
+				// the partition hands it over again (or stops).
+				return
+			}
+		}
+	})
+}
+
+var _ broker.BatchSource = (*Source)(nil)
+
+// RunBatches is Run with a BatchHandler.
+func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID:                     s.o.Group,
 		Brokers:                s.o.Brokers,
@@ -406,7 +429,7 @@ type generation struct {
 	kick   chan struct{}  // commit now (CommitEvery reached)
 }
 
-func (s *Source) startGeneration(runCtx context.Context, gen *kafkago.Generation, h broker.Handler) {
+func (s *Source) startGeneration(runCtx context.Context, gen *kafkago.Generation, h broker.BatchHandler) {
 	g := &generation{s: s, gen: gen, runCtx: runCtx, kick: make(chan struct{}, 1)}
 	var names []string
 	for topic, as := range gen.Assignments {

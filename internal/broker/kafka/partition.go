@@ -59,9 +59,9 @@ func newPartition(g *generation, topic string, id int, start int64) *partition {
 }
 
 // run reads the partition until genCtx ends (revocation) or the source
-// stops, hands each message to h (in order, or per key), and returns only
+// stops, hands its messages to h (in order, or per key), and returns only
 // after every handler it started has returned.
-func (p *partition) run(genCtx context.Context, h broker.Handler) {
+func (p *partition) run(genCtx context.Context, h broker.BatchHandler) {
 	s := p.s
 	ctx, cancel := context.WithCancel(p.g.runCtx)
 	defer cancel()
@@ -85,11 +85,30 @@ func (p *partition) run(genCtx context.Context, h broker.Handler) {
 	defer r.Close()
 	_ = r.SetOffset(p.start) // fails only on a closed reader
 
+	if s.o.Ordering == OrderingKey {
+		for ctx.Err() == nil {
+			if !p.waitForRoom(ctx) {
+				break
+			}
+			m, ok := p.fetch(ctx, r)
+			if !ok {
+				break
+			}
+			p.dispatchByKey(ctx, m, h)
+		}
+		p.laneW.Wait()
+	} else {
+		p.runInOrder(ctx, cancel, r, h)
+	}
+	p.setFailing(false)
+}
+
+// fetch returns the next message to hand out, retrying failed fetches;
+// false once ctx ended. A message it returns is tracked as unfinished.
+func (p *partition) fetch(ctx context.Context, r *kafkago.Reader) (kafkago.Message, bool) {
+	s := p.s
 	backoff := s.o.RetryBackoff
 	for ctx.Err() == nil {
-		if !p.waitForRoom(ctx) {
-			break
-		}
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -119,14 +138,55 @@ func (p *partition) run(genCtx context.Context, h broker.Handler) {
 			// not committed past and is delivered again.
 			break
 		}
-		if s.o.Ordering == OrderingKey {
-			p.dispatchByKey(ctx, m, h)
-		} else {
-			p.handle(ctx, m, h)
-		}
+		return m, true
 	}
-	p.laneW.Wait()
-	p.setFailing(false)
+	return kafkago.Message{}, false
+}
+
+// runInOrder (OrderingPartition) fetches on its own goroutine, so that
+// whatever arrived while the handler was busy is handed over at once as
+// one batch of up to BatchSize messages, in offset order.
+func (p *partition) runInOrder(ctx context.Context, cancel context.CancelFunc, r *kafkago.Reader, h broker.BatchHandler) {
+	size := p.s.o.BatchSize
+	msgs := make(chan kafkago.Message, size)
+	fetched := make(chan struct{})
+	go func() {
+		defer close(fetched)
+		for {
+			m, ok := p.fetch(ctx, r)
+			if !ok {
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	// The reader is closed after run returns: the fetcher must be gone.
+	defer func() { cancel(); <-fetched }()
+	batch := make([]kafkago.Message, 0, size)
+	for {
+		select {
+		case m := <-msgs:
+			batch = append(batch[:0], m)
+		case <-ctx.Done():
+			// Whatever waits in msgs stays unfinished.
+			return
+		}
+	fill:
+		for len(batch) < size {
+			select {
+			case m := <-msgs:
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		p.handle(ctx, batch, h)
+		clear(batch)
+	}
 }
 
 // waitForRoom holds the fetch loop (key mode) while MaxInFlight fetched
@@ -147,7 +207,7 @@ func (p *partition) waitForRoom(ctx context.Context) bool {
 
 // dispatchByKey runs m after every earlier message with the same record
 // key; a message without a key is ordered with the other keyless ones.
-func (p *partition) dispatchByKey(ctx context.Context, m kafkago.Message, h broker.Handler) {
+func (p *partition) dispatchByKey(ctx context.Context, m kafkago.Message, h broker.BatchHandler) {
 	k := string(m.Key)
 	p.mu.Lock()
 	if l, ok := p.lanes[k]; ok {
@@ -167,7 +227,7 @@ func (p *partition) dispatchByKey(ctx context.Context, m kafkago.Message, h brok
 			// MaxInFlight per partition.
 			select {
 			case p.s.slots <- struct{}{}:
-				p.handle(ctx, m, h)
+				p.handle(ctx, []kafkago.Message{m}, h)
 				<-p.s.slots
 			case <-ctx.Done():
 			}
@@ -186,35 +246,75 @@ func (p *partition) dispatchByKey(ctx context.Context, m kafkago.Message, h brok
 	}()
 }
 
-// handle gives m to h until it is finished (acked or dead-lettered) or the
-// partition stops. The pipeline requeues a Kafka message only when it
-// stops or the partition was lost; should it requeue one while the
-// partition is still ours, the message is handed over again after a
-// backoff rather than left unfinished, which would stall the commits.
-func (p *partition) handle(ctx context.Context, m kafkago.Message, h broker.Handler) {
-	s := p.s
-	backoff := s.o.RetryBackoff
-	redelivered := false
-	for ctx.Err() == nil {
-		d := p.newDelivery(ctx, m, redelivered)
-		h(d)
+// handle gives ms to h until each is finished (acked or dead-lettered)
+// or the partition stops. The pipeline leaves a Kafka message unfinished
+// only when it stops or the partition was lost; should it leave one while
+// the partition is still ours, the message is handed over again, alone,
+// after a backoff rather than left unfinished, which would stall the
+// commits.
+func (p *partition) handle(ctx context.Context, ms []kafkago.Message, h broker.BatchHandler) {
+	p.handleAgain(ctx, ms, nil, h)
+}
+
+// handleAgain is handle with, per message, whether it was handed over
+// before (Redelivered).
+func (p *partition) handleAgain(ctx context.Context, ms []kafkago.Message, again []bool, h broker.BatchHandler) {
+	ds := make([]*delivery, len(ms))
+	hs := make([]broker.Delivery, len(ms))
+	for i, m := range ms {
+		ds[i] = p.newDelivery(ctx, m, again != nil && again[i])
+		hs[i] = ds[i]
+	}
+	h(hs)
+	for _, d := range ds {
 		if d.held.Load() {
 			p.unhold()
 		}
-		switch d.state.Load() {
-		case stateAcked, stateDeadLettered:
-			return
+	}
+	for i, d := range ds {
+		if d.finished() {
+			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		p.redeliver(ctx, ms[i], d.state.Load() == stateRequeued, h)
+		// What the handler left unfinished after it goes again, in
+		// order, behind it.
+		var rest []kafkago.Message
+		var restAgain []bool
+		for _, e := range ds[i+1:] {
+			if !e.finished() {
+				rest = append(rest, e.m)
+				restAgain = append(restAgain, e.state.Load() == stateRequeued)
+			}
+		}
+		if len(rest) > 0 && ctx.Err() == nil {
+			p.handleAgain(ctx, rest, restAgain, h)
+		}
+		return
+	}
+}
+
+func (p *partition) redeliver(ctx context.Context, m kafkago.Message, settled bool, h broker.BatchHandler) {
+	s := p.s
+	backoff := s.o.RetryBackoff
+	for {
 		s.log.Warn("kafka message given back while its partition is still assigned; delivering it again in place",
-			"topic", p.topic, "partition", p.id, "offset", m.Offset, "settled", d.state.Load() == stateRequeued)
+			"topic", p.topic, "partition", p.id, "offset", m.Offset, "settled", settled)
 		if !sleepCtx(ctx, backoff) {
 			return
 		}
 		backoff = min(backoff*2, s.o.RetryBackoffMax)
-		redelivered = true
+		d := p.newDelivery(ctx, m, true)
+		h([]broker.Delivery{d})
+		if d.held.Load() {
+			p.unhold()
+		}
+		if d.finished() || ctx.Err() != nil {
+			return
+		}
+		settled = d.state.Load() == stateRequeued
 	}
 }
 

@@ -49,13 +49,23 @@ type running struct {
 
 func start(t *testing.T, o kafka.Options, h broker.Handler) *running {
 	t.Helper()
+	return startWith(t, o, func(ctx context.Context, s *kafka.Source) error { return s.Run(ctx, h) })
+}
+
+func startBatches(t *testing.T, o kafka.Options, h broker.BatchHandler) *running {
+	t.Helper()
+	return startWith(t, o, func(ctx context.Context, s *kafka.Source) error { return s.RunBatches(ctx, h) })
+}
+
+func startWith(t *testing.T, o kafka.Options, run func(context.Context, *kafka.Source) error) *running {
+	t.Helper()
 	s, err := kafka.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{s: s, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- s.Run(ctx, h) }()
+	go func() { r.done <- run(ctx, s) }()
 	t.Cleanup(func() { r.stop(t) })
 	eventually(t, 15*time.Second, "source ready", func() bool { return s.Ready() == nil })
 	return r
@@ -347,6 +357,71 @@ func TestRequeueWhileAssignedRedelivers(t *testing.T) {
 	defer mu.Unlock()
 	if fmt.Sprint(got) != "[0:false 0:true 1:false 2:false]" {
 		t.Fatalf("deliveries = %v", got)
+	}
+}
+
+// RunBatches hands a partition's backlog over in order, in batches of at
+// most BatchSize; a message the handler gives back is handed over again,
+// alone, before everything the handler left after it, in order.
+func TestBatchesInOrder(t *testing.T) {
+	c := kafkatest.Start(t, 2, []string{"orders"})
+	c.Produce(t, "orders", records(2, 200)...)
+	o := options(c, "orders")
+	o.BatchSize = 16
+	var mu sync.Mutex
+	got := map[int][]string{}
+	batches, largest := 0, 0
+	requeued := int64(-1)
+	startBatches(t, o, func(ds []broker.Delivery) {
+		if ds[0].Message().Partition == 0 {
+			batches++ // partition 0's handler only: no lock needed
+			if batches == 1 {
+				// Let the fetcher run ahead: the next batch is full.
+				time.Sleep(300 * time.Millisecond)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		largest = max(largest, len(ds))
+		if len(ds) > o.BatchSize {
+			t.Errorf("batch of %d, BatchSize %d", len(ds), o.BatchSize)
+		}
+		for i, d := range ds {
+			m := d.Message()
+			got[m.Partition] = append(got[m.Partition], fmt.Sprintf("%d:%v", m.Offset, m.Redelivered))
+			if m.Partition == 0 && batches == 2 && i == 0 && len(ds) >= 3 {
+				// Give back the first, ack the second, leave the rest.
+				requeued = m.Offset
+				_ = d.Requeue(context.Background())
+				_ = ds[1].Ack(context.Background())
+				got[0] = append(got[0], fmt.Sprintf("%d:false", ds[1].Message().Offset))
+				return
+			}
+			_ = d.Ack(context.Background())
+		}
+	})
+	eventually(t, 20*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(2, 200)))
+	mu.Lock()
+	defer mu.Unlock()
+	if largest != o.BatchSize {
+		t.Fatalf("largest batch %d, want %d: a backlog is handed over in full batches", largest, o.BatchSize)
+	}
+	if requeued < 0 {
+		t.Fatal("partition 0's second batch had fewer than 3 messages")
+	}
+	for part := range 2 {
+		var want []string
+		for off := range int64(200) {
+			want = append(want, fmt.Sprintf("%d:false", off))
+			if part == 0 && off == requeued+1 {
+				// Given back: again, alone and redelivered, then the
+				// untouched rest of its batch, not redelivered.
+				want = append(want, fmt.Sprintf("%d:true", requeued))
+			}
+		}
+		if fmt.Sprint(got[part]) != fmt.Sprint(want) {
+			t.Fatalf("partition %d deliveries = %v\nwant %v", part, got[part], want)
+		}
 	}
 }
 

@@ -1,0 +1,257 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+// A batch is a run of an ordered stream's messages (a Kafka partition)
+// that were fetched together. One message at a time, each costs a claim
+// round trip, the forward and a commit round trip, in sequence; so a
+// partition's throughput is bounded by three round trips per message.
+// In a batch:
+//
+//   - every key is claimed in one round trip up front (ClaimMany), and
+//     duplicates are acked at once, without waiting for their turn;
+//   - claimed messages are forwarded one after the other, in order;
+//   - a success's commit and ack are handed to a committer, which commits
+//     whatever succeeded meanwhile in one round trip while the next
+//     message is already being forwarded.
+//
+// The order of effects at the app is the order of the batch, as one by
+// one. Anything off the fast path (no key, a busy key, a store error, a
+// claim gone stale) waits for the committer and then runs exactly as a
+// single message would, so a later message with the key of an earlier
+// one finds it done.
+func (p *Pipeline) handleBatch(src *source, ds []broker.Delivery) {
+	src.m.inflight.Add(float64(len(ds)))
+	defer src.m.inflight.Sub(float64(len(ds)))
+	ws := make([]work, len(ds))
+	g := &committer{p: p}
+	defer g.wait()
+	for i, d := range ds {
+		ws[i] = work{p: p, s: src, d: d, m: d.Message(), group: g}
+	}
+	claims, claimedAt := p.claimAhead(ws)
+	for i := range ws {
+		w := &ws[i]
+		if c := claims[i]; c.token != "" {
+			switch c.result {
+			case seenset.Duplicate:
+				w.ack(metrics.Duplicate)
+				continue
+			case seenset.Claimed:
+				if w.runClaimed(c.token, claimedAt) {
+					continue
+				}
+			}
+		}
+		// Off the fast path: an earlier success may hold this key or
+		// the slow path may wait long, so settle the earlier ones first.
+		g.wait()
+		w.run()
+	}
+}
+
+type aheadClaim struct {
+	token  string // "" when not claimed ahead
+	result seenset.ClaimResult
+}
+
+// claimAhead claims the keys of every message that can take the fast
+// path in one round trip. On any error it releases what it claimed and
+// claims nothing: those messages take the slow path, whose claim retries
+// with backoff (or fails open), as for a single message; one whose answer
+// was lost retries under the token it may hold.
+func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
+	claims := make([]aheadClaim, len(ws))
+	select {
+	case <-p.draining:
+		return claims, time.Time{} // the slow path requeues
+	default:
+	}
+	items := make([]seenset.KeyToken, 0, len(ws))
+	at := make([]int, 0, len(ws))
+	for i := range ws {
+		w := &ws[i]
+		if p.o.MaxBodyBytes > 0 && int64(len(w.m.Body)) > p.o.MaxBodyBytes {
+			continue
+		}
+		key, _ := w.s.Keys.Key(w.m)
+		if key == "" {
+			continue
+		}
+		w.key = key
+		w.full = p.o.Consumer + ":" + key
+		claims[i].token = p.newToken()
+		items = append(items, seenset.KeyToken{Key: w.full, Token: claims[i].token})
+		at = append(at, i)
+	}
+	if len(items) == 0 {
+		return claims, time.Time{}
+	}
+	// The leases start no earlier than this.
+	claimedAt := time.Now()
+	ctx, cancel := context.WithTimeout(p.hard, 5*time.Second)
+	replies := seenset.ClaimMany(ctx, p.o.Store, items, p.o.Lease)
+	cancel()
+	var err error
+	for _, r := range replies {
+		if r.Err != nil {
+			err = r.Err
+			break
+		}
+	}
+	p.observe("claim", claimedAt, err)
+	if err == nil {
+		for j, i := range at {
+			claims[i].result = replies[j].Result
+		}
+		return claims, claimedAt
+	}
+	for j, i := range at {
+		switch r := replies[j]; {
+		case r.Err != nil:
+			// It may have been claimed: the slow path claims under
+			// the same token.
+			ws[i].prior = claims[i].token
+		case r.Result == seenset.Claimed:
+			ws[i].release(claims[i].token)
+		}
+		claims[i] = aheadClaim{}
+	}
+	return claims, claimedAt
+}
+
+// runClaimed forwards a message claimed ahead, unless the pipeline stops,
+// the delivery was lost or the app is down (the claim is released and
+// the message requeued or held back as on the slow path). It reports
+// false when the message must take the slow path instead: the claim is
+// then released, no longer ours, or left in w.prior.
+func (w *work) runClaimed(token string, claimedAt time.Time) bool {
+	p := w.p
+	select {
+	case <-p.draining:
+		w.release(token)
+		w.requeue("stopping")
+		return true
+	case <-w.d.Lost():
+		w.release(token)
+		w.requeue("delivery lost")
+		return true
+	default:
+	}
+	if g := p.o.Gate; g != nil {
+		select {
+		case <-g.Open():
+		default:
+			w.release(token)
+			return false
+		}
+	}
+	// Claimed ahead while earlier messages were forwarded: a lease older
+	// than a third of its life is renewed first, as a forward would.
+	if time.Since(claimedAt) > p.o.Lease/3 {
+		ctx, cancel := context.WithTimeout(p.hard, p.o.Lease/3)
+		start := time.Now()
+		err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
+		cancel()
+		p.observe("renew", start, err)
+		if err != nil {
+			if !errors.Is(err, seenset.ErrNotOwner) {
+				w.prior = token // perhaps still ours
+			}
+			return false
+		}
+	}
+	w.forwardLoop(true, token)
+	return true
+}
+
+// committer commits and acks the successes of a batch in the background:
+// while one CommitMany is on the wire, successes queue up and go in the
+// next one. A message is acked only after its commit, as on its own.
+type committer struct {
+	p       *Pipeline
+	mu      sync.Mutex
+	pending []pendingCommit
+	running bool
+	wg      sync.WaitGroup
+}
+
+type pendingCommit struct {
+	w     *work
+	token string
+}
+
+// add is called by the batch's goroutine only, as is wait.
+func (c *committer) add(w *work, token string) {
+	c.mu.Lock()
+	c.pending = append(c.pending, pendingCommit{w, token})
+	start := !c.running
+	c.running = true
+	c.mu.Unlock()
+	if start {
+		c.wg.Add(1)
+		go c.loop()
+	}
+}
+
+// wait returns once every success added so far is committed and acked.
+func (c *committer) wait() { c.wg.Wait() }
+
+func (c *committer) loop() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		todo := c.pending
+		c.pending = nil
+		if len(todo) == 0 {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.commit(todo)
+	}
+}
+
+func (c *committer) commit(todo []pendingCommit) {
+	p := c.p
+	items := make([]seenset.KeyToken, len(todo))
+	for i, t := range todo {
+		items[i] = seenset.KeyToken{Key: t.w.full, Token: t.token}
+	}
+	// As commit: even during shutdown, the app already acted.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 5*time.Second)
+	start := time.Now()
+	errs := seenset.CommitMany(ctx, p.o.Store, items, p.o.TTL)
+	cancel()
+	var first error
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
+			first = err
+			break
+		}
+	}
+	p.observe("commit", start, first)
+	for i, t := range todo {
+		switch err := errs[i]; {
+		case err == nil:
+		case errors.Is(err, seenset.ErrNotOwner):
+			t.w.event(metrics.EventLeaseLost)
+			p.log.Error("commit refused: the lease expired and another replica took the key", t.w.attrs()...)
+		default:
+			p.log.Warn("batched commit failed; retrying it alone", t.w.attrs(slog.String("err", err.Error()))...)
+			t.w.commit(t.token)
+		}
+		t.w.ack(metrics.Forwarded)
+	}
+}
