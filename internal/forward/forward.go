@@ -321,9 +321,12 @@ func (c *Client) do(parent context.Context, r Request) Result {
 	}
 	c.setHeaders(req.Header, &r)
 
-	resp, err := c.client.Do(req)
+	// The Transport, not the Client: redirects are not followed anyway
+	// (see CheckRedirect), and Client.Do would copy every request's
+	// headers for them.
+	resp, err := c.transport.RoundTrip(req)
 	if err != nil {
-		return failure(parent, ctx, redact(err), "")
+		return failure(parent, ctx, redact(&url.Error{Op: "Post", URL: req.URL.String(), Err: err}), "")
 	}
 	return c.classify(parent, ctx, resp)
 }
