@@ -34,7 +34,7 @@ func (p *Pipeline) handleBatch(src *source, ds []broker.Delivery) {
 	src.m.inflight.Add(float64(len(ds)))
 	defer src.m.inflight.Sub(float64(len(ds)))
 	ws := make([]work, len(ds))
-	g := &committer{p: p}
+	g := newCommitter(p)
 	defer g.wait()
 	for i, d := range ds {
 		ws[i] = work{p: p, s: src, d: d, m: d.Message(), group: g}
@@ -175,51 +175,110 @@ func (w *work) runClaimed(token string, claimedAt time.Time) bool {
 	return true
 }
 
-// committer commits and acks the successes of a batch in the background:
-// while one CommitMany is on the wire, successes queue up and go in the
-// next one. A message is acked only after its commit, as on its own.
+// committer commits and acks the successes of a batch in the background,
+// several per round trip: a success waits at most commitDelay (or less,
+// once commitBatch wait, or when the batch needs it: wait), while the
+// partition's next forwards run. A message is acked only after its
+// commit, as on its own. The delay widens the window in which a crash
+// leaves a success uncommitted (it is forwarded again after its lease)
+// by about a millisecond, the price of a fraction of a round trip per
+// message.
 type committer struct {
 	p       *Pipeline
 	mu      sync.Mutex
+	idle    sync.Cond // broadcast when a flush ends
 	pending []pendingCommit
 	running bool
-	wg      sync.WaitGroup
+	timer   *time.Timer
 }
+
+const (
+	commitBatch = 16
+	commitDelay = time.Millisecond
+)
 
 type pendingCommit struct {
 	w     *work
 	token string
 }
 
-// add is called by the batch's goroutine only, as is wait.
+func newCommitter(p *Pipeline) *committer {
+	c := &committer{p: p}
+	c.idle.L = &c.mu
+	return c
+}
+
 func (c *committer) add(w *work, token string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.pending = append(c.pending, pendingCommit{w, token})
-	start := !c.running
-	c.running = true
-	c.mu.Unlock()
-	if start {
-		c.wg.Add(1)
-		go c.loop()
+	switch {
+	case c.running:
+		// The flush in progress looks again when it ends.
+	case len(c.pending) >= commitBatch:
+		c.startLocked()
+	case c.timer == nil:
+		c.armLocked()
 	}
 }
 
-// wait returns once every success added so far is committed and acked.
-func (c *committer) wait() { c.wg.Wait() }
+func (c *committer) armLocked() {
+	// t is read by the callback under mu, which is held here.
+	t := new(*time.Timer)
+	*t = time.AfterFunc(commitDelay, func() { c.kick(t) })
+	c.timer = *t
+}
 
-func (c *committer) loop() {
-	defer c.wg.Done()
-	for {
-		c.mu.Lock()
-		todo := c.pending
-		c.pending = nil
-		if len(todo) == 0 {
-			c.running = false
-			c.mu.Unlock()
-			return
+func (c *committer) kick(t **time.Timer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer == *t {
+		c.timer = nil
+	}
+	if !c.running && len(c.pending) > 0 {
+		c.startLocked()
+	}
+}
+
+func (c *committer) startLocked() {
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	c.running = true
+	go c.flush()
+}
+
+// flush commits what waits; what arrives meanwhile goes at once if a
+// full batch waits, else after commitDelay.
+func (c *committer) flush() {
+	c.mu.Lock()
+	todo := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	c.commit(todo)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running = false
+	switch {
+	case len(c.pending) >= commitBatch:
+		c.startLocked()
+		return
+	case len(c.pending) > 0 && c.timer == nil:
+		c.armLocked()
+	}
+	c.idle.Broadcast()
+}
+
+// wait returns once every success added so far is committed and acked.
+func (c *committer) wait() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.running || len(c.pending) > 0 {
+		if !c.running {
+			c.startLocked()
 		}
-		c.mu.Unlock()
-		c.commit(todo)
+		c.idle.Wait()
 	}
 }
 

@@ -322,3 +322,26 @@ func TestBatchWithPlainStore(t *testing.T) {
 		}
 	}
 }
+
+// The successes of a batch share commit round trips, and each is acked
+// only after its own commit.
+func TestBatchCommitsShareRoundTrips(t *testing.T) {
+	st := newCountingStore()
+	app := &recorder{}
+	_, h := newBatchPipeline(st, app, time.Minute)
+	ids := make([]string, 40)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%d", i)
+	}
+	ds, cs := batchOf(st, ids...)
+	h(ds)
+	for _, c := range cs {
+		if got := c.settled(); fmt.Sprint(got) != "[ack]" || !c.doneAtAck {
+			t.Fatalf("%s settled %v (done at ack %v)", c.key, got, c.doneAtAck)
+		}
+	}
+	if st.commitMany > len(ids)/4 {
+		t.Fatalf("%d CommitMany calls for %d successes, want at most %d", st.commitMany, len(ids), len(ids)/4)
+	}
+	t.Logf("%d successes committed in %d round trips", len(ids), st.commitMany)
+}
