@@ -319,6 +319,8 @@ func (c *Client) do(parent context.Context, r Request) Result {
 			Err:     fmt.Errorf("%w: path: %w", ErrInvalidRequest, redact(err)),
 		}
 	}
+	// Sized up front: the map would otherwise grow twice per request.
+	req.Header = make(http.Header, len(r.Meta)+len(r.MessageHeaders)+5)
 	c.setHeaders(req.Header, &r)
 
 	// The Transport, not the Client: redirects are not followed anyway

@@ -93,6 +93,15 @@ func validHeaderName(s string) bool {
 // the caller's metadata, then the headers this package owns, each
 // overriding the one before.
 func (c *Client) setHeaders(h http.Header, r *Request) {
+	// One backing array for every value rather than a []string each;
+	// the full slice expression keeps an Add to one header from
+	// overwriting the next.
+	vals := make([]string, 0, len(r.MessageHeaders)+len(r.Meta)+5)
+	set := func(name, v string) {
+		vals = append(vals, v)
+		n := len(vals)
+		h[name] = vals[n-1 : n : n]
+	}
 	for name, v := range r.MessageHeaders {
 		lower := lowerASCII(name)
 		if lower != "traceparent" && lower != "tracestate" {
@@ -105,28 +114,28 @@ func (c *Client) setHeaders(h http.Header, r *Request) {
 		if !validHeaderName(name) || !ValidHeaderValue(v) {
 			continue
 		}
-		h[textproto.CanonicalMIMEHeaderKey(name)] = []string{v}
+		set(textproto.CanonicalMIMEHeaderKey(name), v)
 	}
 	for _, m := range r.Meta {
 		if !validHeaderName(m.Name) || !ValidHeaderValue(m.Value) || isHopByHop(lowerASCII(m.Name)) {
 			continue
 		}
-		h[textproto.CanonicalMIMEHeaderKey(m.Name)] = []string{m.Value}
+		set(textproto.CanonicalMIMEHeaderKey(m.Name), m.Value)
 	}
 	ct := r.ContentType
 	if ct == "" || !ValidHeaderValue(ct) {
 		ct = "application/octet-stream"
 	}
-	h["Content-Type"] = []string{ct}
+	set("Content-Type", ct)
 	if r.IdempotencyKey != "" {
-		h["Idempotency-Key"] = []string{r.IdempotencyKey}
+		set("Idempotency-Key", r.IdempotencyKey)
 	}
 	if r.Attempt > 0 {
-		h["X-Dedupe-Attempt"] = []string{strconv.Itoa(r.Attempt)}
+		set("X-Dedupe-Attempt", strconv.Itoa(r.Attempt))
 	}
-	h["User-Agent"] = []string{c.userAgent}
+	set("User-Agent", c.userAgent)
 	if c.basicAuth != "" {
-		h["Authorization"] = []string{c.basicAuth}
+		set("Authorization", c.basicAuth)
 	}
 }
 

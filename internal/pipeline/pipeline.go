@@ -563,9 +563,10 @@ func (w *work) release(token string) {
 }
 
 func (w *work) ack(result string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := w.d.Ack(ctx); err != nil {
+	// No deadline, and no timer per message: both sources settle without
+	// waiting on the network (RabbitMQ's acks are coalesced and written
+	// by the channel, Kafka's only mark the offset).
+	if err := w.d.Ack(context.Background()); err != nil {
 		w.event(metrics.EventSettleFailed)
 		w.p.log.Warn("ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
 	}

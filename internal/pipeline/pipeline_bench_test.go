@@ -211,3 +211,60 @@ func benchParallel(b *testing.B, fwd forwarderCounter) {
 		b.Fatalf("acked %d, forwarded %d", acked.Load(), fwd.count())
 	}
 }
+
+// batchDelivery is benchDelivery for batches: the committer acks on its
+// own goroutine.
+type batchDelivery struct {
+	benchDelivery
+	acks *atomic.Int64
+}
+
+func (d *batchDelivery) Ack(context.Context) error {
+	d.acks.Add(1)
+	return nil
+}
+
+// BenchmarkPipelineBatch sends messages through BatchHandler in batches
+// of 32, as a Kafka partition with a backlog does: per message it is the
+// cost of BenchmarkPipeline's "unique" path with the claims and commits
+// shared. ns/op is per message.
+func BenchmarkPipelineBatch(b *testing.B) {
+	b.Run("unique/fake-forwarder", func(b *testing.B) { benchBatch(b, &countingForwarder{}) })
+	b.Run("unique/http-app", func(b *testing.B) { benchBatch(b, newHTTPForwarder(b, 4)) })
+}
+
+func benchBatch(b *testing.B, fwd forwarderCounter) {
+	const size = 32
+	h := newPipeline(fwd).BatchHandler(sourceOptions)
+	var acks atomic.Int64
+	ds := make([]broker.Delivery, size)
+	bds := make([]*batchDelivery, size)
+	for i := range ds {
+		bds[i] = &batchDelivery{benchDelivery: *newDelivery(), acks: &acks}
+		ds[i] = bds[i]
+	}
+	bufs := make([][]byte, size)
+	n, next := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		bufs[n] = appendBody(bufs[n], next)
+		next++
+		n++
+		if n == size {
+			for i := range size {
+				bds[i].msg.Body = bufs[i]
+			}
+			h(ds)
+			n = 0
+		}
+	}
+	if n > 0 {
+		for i := range n {
+			bds[i].msg.Body = bufs[i]
+		}
+		h(ds[:n])
+	}
+	if acks.Load() != fwd.count() || acks.Load() == 0 {
+		b.Fatalf("acked %d, forwarded %d", acks.Load(), fwd.count())
+	}
+}
