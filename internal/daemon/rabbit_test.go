@@ -488,3 +488,41 @@ func TestAppRestartDoesNotDeadLetter(t *testing.T) {
 		t.Fatal("dead-letter queue is not empty")
 	}
 }
+
+// workers bounds the requests at the app; with a larger prefetch the
+// other prefetched messages are claimed and committed meanwhile, but
+// never more than workers reach the app at once, and every message is
+// forwarded once.
+func TestWorkersBoundTheApp(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Sources[0].RabbitMQ.Workers = 3
+		c.Sources[0].RabbitMQ.Prefetch = 20
+	})
+	var mu sync.Mutex
+	now, peak := 0, 0
+	h.app.SetRespond(func(*testutil.Request, int) int {
+		mu.Lock()
+		now++
+		peak = max(peak, now)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		now--
+		mu.Unlock()
+		return http.StatusOK
+	})
+	const n = 60
+	for i := range n {
+		publishJSON(h, envelope(fmt.Sprintf("slot-%d", i), ""))
+	}
+	p := h.start()
+	testutil.Eventually(t, 30*time.Second, "all forwarded", func() bool { return p.result(t, "forwarded") == n })
+	mu.Lock()
+	defer mu.Unlock()
+	if peak != 3 {
+		t.Fatalf("at most %d requests at the app at once, want exactly workers = 3", peak)
+	}
+	if len(h.app.Effects()) != n {
+		t.Fatalf("%d keys effected, want %d", len(h.app.Effects()), n)
+	}
+}

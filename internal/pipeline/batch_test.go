@@ -345,3 +345,103 @@ func TestBatchCommitsShareRoundTrips(t *testing.T) {
 	}
 	t.Logf("%d successes committed in %d round trips", len(ids), st.commitMany)
 }
+
+// gated is an app that holds every request until released and tracks
+// how many it holds at once.
+type gated struct {
+	mu      sync.Mutex
+	now     int
+	peak    int
+	total   int
+	release chan struct{}
+}
+
+func (g *gated) Do(context.Context, forward.Request) forward.Result {
+	g.mu.Lock()
+	g.now++
+	g.total++
+	g.peak = max(g.peak, g.now)
+	g.mu.Unlock()
+	<-g.release
+	g.mu.Lock()
+	g.now--
+	g.mu.Unlock()
+	return ok
+}
+
+func (g *gated) stats() (now, peak, total int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.now, g.peak, g.total
+}
+
+// MaxForwards bounds the requests at the app however many handlers run;
+// a handler waiting for a slot holds its claim (renewed), and one that
+// is still waiting when the pipeline drains is requeued with its claim
+// released.
+func TestMaxForwardsBoundsTheApp(t *testing.T) {
+	st := newCountingStore()
+	app := &gated{release: make(chan struct{})}
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: st, Forwarder: app, Lease: 150 * time.Millisecond, TTL: time.Hour,
+		MaxAttempts: 3, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		BusyDelay: time.Millisecond, CommitAttempts: 3,
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true, MaxForwards: 3})
+	const n = 10
+	ds := make([]*recDelivery, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ds[i] = newRecDelivery(fmt.Sprintf("slot-%d", i))
+		wg.Add(1)
+		go func() { defer wg.Done(); h(ds[i]) }()
+	}
+	waitFor(t, "three at the app", func() bool { now, _, _ := app.stats(); return now == 3 })
+	// Longer than the lease: the waiting claims must have been renewed.
+	time.Sleep(300 * time.Millisecond)
+	for i := range n {
+		if s := keyState(t, st, fmt.Sprintf("slot-%d", i)); s != seenset.Inflight {
+			t.Fatalf("slot-%d is %s while waiting or forwarding, want inflight", i, s)
+		}
+	}
+	// Let three more through, then drain: the four still waiting go back.
+	for range 3 {
+		app.release <- struct{}{}
+	}
+	waitFor(t, "the next three at the app", func() bool { now, _, total := app.stats(); return now == 3 && total == 6 })
+	p.Drain()
+	close(app.release)
+	wg.Wait()
+	_, peak, total := app.stats()
+	if peak != 3 || total != 6 {
+		t.Fatalf("app saw %d requests, at most %d at once; want 6 and 3", total, peak)
+	}
+	acked, requeued := 0, 0
+	for i, d := range ds {
+		switch got := fmt.Sprint(d.settled()); got {
+		case "[ack]":
+			acked++
+		case "[requeue]":
+			requeued++
+			if s := keyState(t, st, fmt.Sprintf("slot-%d", i)); s != seenset.Absent {
+				t.Fatalf("slot-%d requeued but %s, want absent", i, s)
+			}
+		default:
+			t.Fatalf("slot-%d settled %s", i, got)
+		}
+	}
+	if acked != 6 || requeued != 4 {
+		t.Fatalf("%d acked, %d requeued; want 6 and 4", acked, requeued)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

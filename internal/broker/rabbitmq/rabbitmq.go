@@ -32,10 +32,13 @@ const (
 
 // Options configure a Source.
 type Options struct {
-	Name             string
-	URL              string
-	Queue            string
-	Prefetch         int
+	Name     string
+	URL      string
+	Queue    string
+	Prefetch int
+	// Workers is the number of handlers running at once. The daemon runs
+	// one per prefetched message and bounds the forwards to the app in
+	// the pipeline.
 	Workers          int
 	ConsumerTag      string
 	ReconnectInitial time.Duration
