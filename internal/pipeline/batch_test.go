@@ -22,7 +22,8 @@ type countingStore struct {
 	renews     map[string]int
 	claimMany  int
 	commitMany int
-	failMany   int // the next n ClaimMany calls fail
+	failMany   int    // the next n ClaimMany calls fail
+	onMany     func() // called by ClaimMany, after the claims
 }
 
 func newCountingStore() *countingStore {
@@ -50,6 +51,9 @@ func (s *countingStore) ClaimMany(ctx context.Context, items []seenset.KeyToken,
 	s.failMany--
 	s.mu.Unlock()
 	out := s.Memory.ClaimMany(ctx, items, lease)
+	if s.onMany != nil {
+		s.onMany()
+	}
 	if fail {
 		// The last reply was lost: the earlier claims did happen.
 		out[len(out)-1] = seenset.ClaimReply{Err: fmt.Errorf("%w: connection reset", seenset.ErrUnavailable)}
@@ -301,6 +305,29 @@ func TestBatchClaimErrorFallsBack(t *testing.T) {
 		}
 		if st.count(st.claims, c.key) != 1 {
 			t.Fatalf("%s: %d single claims, want 1", c.key, st.count(st.claims, c.key))
+		}
+	}
+}
+
+// A batch claim whose answer was lost, then a drain: the claims it may
+// hold are released, not left to expire, and the messages requeued.
+func TestBatchLostClaimReleasedOnDrain(t *testing.T) {
+	st := newCountingStore()
+	st.failMany = 1
+	app := &recorder{}
+	p, h := newBatchPipeline(st, app, time.Minute)
+	st.onMany = p.Drain
+	ds, cs := batchOf(st, "a", "b")
+	h(ds)
+	if got := app.got(); len(got) != 0 {
+		t.Fatalf("app saw %v while draining", got)
+	}
+	for _, c := range cs {
+		if got := fmt.Sprint(c.settled()); got != "[requeue]" {
+			t.Fatalf("%s settled %s, want requeue", c.key, got)
+		}
+		if s := keyState(t, st, c.key); s != seenset.Absent {
+			t.Fatalf("%s is %s, want absent", c.key, s)
 		}
 	}
 }

@@ -252,9 +252,11 @@ func (w *work) run() {
 	// the shutdown.
 	select {
 	case <-p.draining:
+		w.releasePrior()
 		w.requeue("stopping")
 		return
 	case <-w.d.Lost():
+		w.releasePrior()
 		w.requeue("delivery lost")
 		return
 	default:
@@ -594,6 +596,15 @@ func (w *work) commit(token string) {
 	}
 	w.event(metrics.EventCommitFailed)
 	p.log.Error("commit failed after the app succeeded; acking anyway, the Idempotency-Key is the app's defence against a redelivery", w.attrs(slog.String("err", err.Error()))...)
+}
+
+// releasePrior gives up a claim this message may hold from its batch, so
+// the next owner need not wait for the lease to run out.
+func (w *work) releasePrior() {
+	if w.prior != "" {
+		w.release(w.prior)
+		w.prior = ""
+	}
 }
 
 func (w *work) release(token string) {
