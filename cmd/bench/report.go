@@ -224,6 +224,18 @@ func (r *report) printRatios(w io.Writer, s *section) {
 		v := c.rate / bf.rate
 		line("(c)/(b) throughput, proxy vs bare forwarder", fmt.Sprintf("%.2f", v), "≥ 0.90", v >= 0.90, true)
 	}
+	if usable(c, bf) && c.cpuRedis > 0 {
+		// Everything shares the machine's cores, so a drain's rate
+		// follows the CPU all processes spend per message. Even a proxy
+		// costing exactly what the bare forwarder costs would add the
+		// Redis server's work: this is the best (c)/(b) that leaves.
+		total := bf.cpuPer100k + bf.cpuBroker + bf.cpuSelf
+		v := total / (total + c.cpuRedis)
+		line("  ceiling here: (b)'s CPU / ((b)'s + Redis server's)", fmt.Sprintf("%.2f", v), "", false, false)
+		if tc := c.cpuPer100k + c.cpuBroker + c.cpuSelf + c.cpuRedis; tc > 0 {
+			line("  (b)/(c) CPU per message, all processes", fmt.Sprintf("%.2f", total/tc), "", false, false)
+		}
+	}
 	if usable(bf, a) {
 		line("(b)/(a) throughput, forwarding vs consuming only", fmt.Sprintf("%.2f", bf.rate/a.rate), "", false, false)
 	}
