@@ -152,9 +152,6 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 			DeadLetterMissingKey: sc.OnMissingKey == "dead_letter",
 			Requeues:             src.Requeues(),
 		}
-		if sc.Type == "rabbitmq" {
-			so.MaxForwards = sc.RabbitMQ.Workers
-		}
 		s := source{src: src}
 		if bs, ok := src.(broker.BatchSource); ok {
 			h := d.pipe.BatchHandler(so)
@@ -182,14 +179,11 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 		connected := d.metrics.Connected.WithLabelValues(sc.Name)
 		reconnects := d.metrics.Reconnects.WithLabelValues(sc.Name)
 		return rabbitmq.New(rabbitmq.Options{
-			Name:     sc.Name,
-			URL:      r.URL,
-			Queue:    r.Queue,
-			Prefetch: r.Prefetch,
-			// A handler per prefetched message; the pipeline keeps
-			// `workers` of them at the app (SourceOptions.MaxForwards),
-			// the others claim, commit, ack or wait meanwhile.
-			Workers:              max(r.Prefetch, r.Workers),
+			Name:                 sc.Name,
+			URL:                  r.URL,
+			Queue:                r.Queue,
+			Prefetch:             r.Prefetch,
+			Workers:              r.Workers,
 			ConsumerTag:          r.ConsumerTag,
 			ReconnectInitial:     r.ReconnectInitial,
 			ReconnectMax:         r.ReconnectMax,

@@ -83,12 +83,6 @@ type SourceOptions struct {
 	// (RabbitMQ). When false (Kafka) the pipeline holds the message and
 	// retries it itself, since the partition must not move past it.
 	Requeues bool
-	// MaxForwards, when positive, bounds this source's requests at the
-	// app at once. A source may then run more handlers than that: their
-	// claims, commits, acks and retry waits need no app slot, so the
-	// seen-set's round trips overlap other messages' forwards instead of
-	// idling a slot.
-	MaxForwards int
 }
 
 // Pipeline processes deliveries. Stop it in two steps: Drain (stop
@@ -175,11 +169,7 @@ func (p *Pipeline) source(s SourceOptions) *source {
 		s.Keys, _ = keys.Parse(nil)
 	}
 	p.m.InitSource(s.Name, s.Kind)
-	src := &source{SourceOptions: s, m: p.bind(s.Name)}
-	if s.MaxForwards > 0 {
-		src.slots = make(chan struct{}, s.MaxForwards)
-	}
-	return src
+	return &source{SourceOptions: s, m: p.bind(s.Name)}
 }
 
 func (p *Pipeline) handle(src *source, d broker.Delivery) {
@@ -193,8 +183,7 @@ func (p *Pipeline) handle(src *source, d broker.Delivery) {
 // WithLabelValues hashes its labels on every call, per message.
 type source struct {
 	SourceOptions
-	m     *boundMetrics
-	slots chan struct{} // nil: no bound
+	m *boundMetrics
 }
 
 type boundMetrics struct {
@@ -335,15 +324,7 @@ func (w *work) forwardLoop(withStore bool, claimed string) {
 		}
 
 		attempt++
-		var sent bool
-		w.last, sent = w.forward(attempt, token, withStore)
-		if !sent {
-			if withStore {
-				w.release(token)
-			}
-			w.requeue("stopped while waiting for a free app slot")
-			return
-		}
+		w.last = w.forward(attempt, token, withStore)
 		switch w.last.Outcome {
 		case forward.Success:
 			if withStore && w.group != nil {
@@ -476,10 +457,8 @@ func (w *work) claim(token string) (seenset.ClaimResult, error) {
 	}
 }
 
-// forward sends one attempt, renewing the lease while it runs and while it
-// waits for an app slot. It reports false, having sent nothing, when the
-// pipeline stopped or the delivery was lost during that wait.
-func (w *work) forward(attempt int, token string, withStore bool) (forward.Result, bool) {
+// forward sends one attempt, renewing the lease while it runs.
+func (w *work) forward(attempt int, token string, withStore bool) forward.Result {
 	p := w.p
 	req := forward.Request{
 		Path:           w.s.Path,
@@ -494,42 +473,16 @@ func (w *work) forward(attempt int, token string, withStore bool) (forward.Resul
 	if withStore {
 		stopRenew = w.renewLease(token)
 	}
-	if !w.acquireSlot() {
-		if stopRenew != nil {
-			stopRenew()
-		}
-		return forward.Result{}, false
-	}
 	// Neither Drain nor a lost channel cancels a forward in progress: the
 	// app may be acting on it, and finishing lets us commit, which turns
 	// the redelivery into a duplicate instead of a second effect.
 	res := p.o.Forwarder.Do(p.hard, req)
-	if w.s.slots != nil {
-		<-w.s.slots
-	}
 	if stopRenew != nil {
 		stopRenew()
 	}
 	w.s.m.duration.Observe(res.Duration.Seconds())
 	w.s.m.classes[metrics.StatusClass(res.Status)].Inc()
-	return res, true
-}
-
-// acquireSlot waits for one of the source's app slots (MaxForwards); false
-// when the pipeline stops or the delivery is lost first.
-func (w *work) acquireSlot() bool {
-	slots := w.s.slots
-	if slots == nil {
-		return true
-	}
-	select {
-	case slots <- struct{}{}:
-		return true
-	case <-w.p.draining:
-	case <-w.p.hard.Done():
-	case <-w.d.Lost():
-	}
-	return false
+	return res
 }
 
 // renewLease renews the lease every lease/3 until stop is called. A timer

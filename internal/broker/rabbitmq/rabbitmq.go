@@ -32,13 +32,10 @@ const (
 
 // Options configure a Source.
 type Options struct {
-	Name     string
-	URL      string
-	Queue    string
-	Prefetch int
-	// Workers is the number of handlers running at once. The daemon runs
-	// one per prefetched message and bounds the forwards to the app in
-	// the pipeline.
+	Name             string
+	URL              string
+	Queue            string
+	Prefetch         int
 	Workers          int
 	ConsumerTag      string
 	ReconnectInitial time.Duration
