@@ -22,8 +22,8 @@ import (
 //     duplicates are acked at once, without waiting for their turn;
 //   - claimed messages are forwarded one after the other, in order;
 //   - a success's commit and ack are handed to a committer, which commits
-//     whatever succeeded meanwhile in one round trip while the next
-//     message is already being forwarded.
+//     at once, while the next message is already being forwarded; what
+//     succeeds while a commit is on the wire goes in the next one.
 //
 // The order of effects at the app is the order of the batch, as one by
 // one. Anything off the fast path (no key, a busy key, a store error, a
@@ -175,27 +175,20 @@ func (w *work) runClaimed(token string, claimedAt time.Time) bool {
 	return true
 }
 
-// committer commits and acks the successes of a batch in the background,
-// several per round trip: a success waits at most commitDelay (or less,
-// once commitBatch wait, or when the batch needs it: wait), while the
-// partition's next forwards run. A message is acked only after its
-// commit, as on its own. The delay widens the window in which a crash
-// leaves a success uncommitted (it is forwarded again after its lease)
-// by about a millisecond, the price of a fraction of a round trip per
-// message.
+// committer commits and acks the successes of a batch in the background
+// while the partition's next forwards run: while one CommitMany is on the
+// wire, successes queue up and go together in the next. It never waits
+// to fill a round trip: a success waiting for its commit is the one crash
+// window (the app acted, the key is not done), so delaying commits to
+// share round trips would widen it by as many messages as they share. A
+// message is acked only after its commit, as on its own.
 type committer struct {
 	p       *Pipeline
 	mu      sync.Mutex
-	idle    sync.Cond // broadcast when a flush ends
+	idle    sync.Cond // broadcast when the flush loop ends
 	pending []pendingCommit
 	running bool
-	timer   *time.Timer
 }
-
-const (
-	commitBatch = 16
-	commitDelay = time.Millisecond
-)
 
 type pendingCommit struct {
 	w     *work
@@ -212,61 +205,23 @@ func (c *committer) add(w *work, token string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pending = append(c.pending, pendingCommit{w, token})
-	switch {
-	case c.running:
-		// The flush in progress looks again when it ends.
-	case len(c.pending) >= commitBatch:
-		c.startLocked()
-	case c.timer == nil:
-		c.armLocked()
+	if !c.running {
+		c.running = true
+		go c.loop()
 	}
 }
 
-func (c *committer) armLocked() {
-	// t is read by the callback under mu, which is held here.
-	t := new(*time.Timer)
-	*t = time.AfterFunc(commitDelay, func() { c.kick(t) })
-	c.timer = *t
-}
-
-func (c *committer) kick(t **time.Timer) {
+func (c *committer) loop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.timer == *t {
-		c.timer = nil
+	for len(c.pending) > 0 {
+		todo := c.pending
+		c.pending = nil
+		c.mu.Unlock()
+		c.commit(todo)
+		c.mu.Lock()
 	}
-	if !c.running && len(c.pending) > 0 {
-		c.startLocked()
-	}
-}
-
-func (c *committer) startLocked() {
-	if c.timer != nil {
-		c.timer.Stop()
-		c.timer = nil
-	}
-	c.running = true
-	go c.flush()
-}
-
-// flush commits what waits; what arrives meanwhile goes at once if a
-// full batch waits, else after commitDelay.
-func (c *committer) flush() {
-	c.mu.Lock()
-	todo := c.pending
-	c.pending = nil
-	c.mu.Unlock()
-	c.commit(todo)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.running = false
-	switch {
-	case len(c.pending) >= commitBatch:
-		c.startLocked()
-		return
-	case len(c.pending) > 0 && c.timer == nil:
-		c.armLocked()
-	}
 	c.idle.Broadcast()
 }
 
@@ -274,10 +229,7 @@ func (c *committer) flush() {
 func (c *committer) wait() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.running || len(c.pending) > 0 {
-		if !c.running {
-			c.startLocked()
-		}
+	for c.running {
 		c.idle.Wait()
 	}
 }
