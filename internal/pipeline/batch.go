@@ -18,8 +18,8 @@ import (
 // partition's throughput is bounded by three round trips per message.
 // In a batch:
 //
-//   - every key is claimed in one round trip up front (ClaimMany), and
-//     duplicates are acked at once, without waiting for their turn;
+//   - every key is claimed in one round trip up front (ClaimMany), so a
+//     duplicate is acked in its turn without another round trip;
 //   - claimed messages are forwarded one after the other, in order;
 //   - a success's commit and ack are handed to a committer, which commits
 //     at once, while the next message is already being forwarded; what
