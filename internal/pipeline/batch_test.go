@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -147,6 +148,21 @@ func batchOf(st seenset.Store, ids ...string) ([]broker.Delivery, []*ackCheck) {
 	return ds, cs
 }
 
+// wantSettled checks each message was settled once, as want says, and
+// that every acked message with a key was acked only once its key was
+// done.
+func wantSettled(t *testing.T, cs []*ackCheck, want ...string) {
+	t.Helper()
+	for i, c := range cs {
+		if got := fmt.Sprint(c.settled()); got != "["+want[i]+"]" {
+			t.Fatalf("message %d (%q) settled %s, want [%s]", i, c.key, got, want[i])
+		}
+		if want[i] == "ack" && c.key != "" && !c.doneAtAck {
+			t.Fatalf("message %d (%q) acked before its key was done", i, c.key)
+		}
+	}
+}
+
 func newBatchPipeline(st seenset.Store, f pipeline.Forwarder, lease time.Duration) (*pipeline.Pipeline, broker.BatchHandler) {
 	p := pipeline.New(pipeline.Options{
 		Consumer: "c", Store: st, Forwarder: f, Lease: lease, TTL: time.Hour,
@@ -177,14 +193,7 @@ func TestBatchInOrderWithDuplicates(t *testing.T) {
 	if got := fmt.Sprint(app.got()); got != `[a b body:{"no":"key"} e]` {
 		t.Fatalf("app saw %s", got)
 	}
-	for i, c := range cs {
-		if got := c.settled(); len(got) != 1 || got[0] != "ack" {
-			t.Fatalf("message %d (%q) settled %v, want one ack", i, c.key, got)
-		}
-		if c.key != "" && !c.doneAtAck {
-			t.Fatalf("message %d (%q) acked before its key was done", i, c.key)
-		}
-	}
+	wantSettled(t, cs, "ack", "ack", "ack", "ack", "ack", "ack")
 	if st.claimMany != 1 {
 		t.Fatalf("%d ClaimMany calls, want 1", st.claimMany)
 	}
@@ -209,12 +218,7 @@ func TestBatchFailureInTheMiddle(t *testing.T) {
 	if got := fmt.Sprint(app.got()); got != "[a b b c]" {
 		t.Fatalf("app saw %s", got)
 	}
-	want := []string{"ack", "dead_letter", "ack"}
-	for i, c := range cs {
-		if got := c.settled(); len(got) != 1 || got[0] != want[i] {
-			t.Fatalf("message %q settled %v, want %s", c.key, got, want[i])
-		}
-	}
+	wantSettled(t, cs, "ack", "dead_letter", "ack")
 	if s := keyState(t, st, "b"); s != seenset.Absent {
 		t.Fatalf("b is %s after its dead letter, want absent (a redrive forwards it)", s)
 	}
@@ -239,15 +243,7 @@ func TestBatchDrainReleasesClaimsAhead(t *testing.T) {
 	if got := fmt.Sprint(app.got()); got != "[a]" {
 		t.Fatalf("app saw %s", got)
 	}
-	want := []string{"ack", "requeue", "requeue"}
-	for i, c := range cs {
-		if got := c.settled(); len(got) != 1 || got[0] != want[i] {
-			t.Fatalf("message %q settled %v, want %s", c.key, got, want[i])
-		}
-	}
-	if !cs[0].doneAtAck {
-		t.Fatal("a acked before its commit")
-	}
+	wantSettled(t, cs, "ack", "requeue", "requeue")
 	for _, k := range []string{"b", "c"} {
 		if s := keyState(t, st, k); s != seenset.Absent {
 			t.Fatalf("%s is %s after the drain, want absent", k, s)
@@ -267,9 +263,7 @@ func TestBatchStaleClaims(t *testing.T) {
 		if st.count(st.renews, "b") != 1 || st.count(st.claims, "b") != 0 {
 			t.Fatalf("b: %d renewals, %d single claims; want 1 and 0", st.count(st.renews, "b"), st.count(st.claims, "b"))
 		}
-		if got := cs[1].settled(); fmt.Sprint(got) != "[ack]" || !cs[1].doneAtAck {
-			t.Fatalf("b settled %v (done at ack %v)", got, cs[1].doneAtAck)
-		}
+		wantSettled(t, cs, "ack", "ack")
 	})
 	t.Run("expired", func(t *testing.T) {
 		st := newCountingStore()
@@ -283,9 +277,7 @@ func TestBatchStaleClaims(t *testing.T) {
 		if got := fmt.Sprint(app.got()); got != "[a b]" {
 			t.Fatalf("app saw %s", got)
 		}
-		if got := cs[1].settled(); fmt.Sprint(got) != "[ack]" || !cs[1].doneAtAck {
-			t.Fatalf("b settled %v (done at ack %v)", got, cs[1].doneAtAck)
-		}
+		wantSettled(t, cs, "ack", "ack")
 	})
 }
 
@@ -302,10 +294,8 @@ func TestBatchClaimErrorFallsBack(t *testing.T) {
 	if got := fmt.Sprint(app.got()); got != "[a b c]" {
 		t.Fatalf("app saw %s", got)
 	}
+	wantSettled(t, cs, "ack", "ack", "ack")
 	for _, c := range cs {
-		if got := c.settled(); fmt.Sprint(got) != "[ack]" || !c.doneAtAck {
-			t.Fatalf("%s settled %v (done at ack %v)", c.key, got, c.doneAtAck)
-		}
 		if st.count(st.claims, c.key) != 1 {
 			t.Fatalf("%s: %d single claims, want 1", c.key, st.count(st.claims, c.key))
 		}
@@ -325,10 +315,8 @@ func TestBatchLostClaimReleasedOnDrain(t *testing.T) {
 	if got := app.got(); len(got) != 0 {
 		t.Fatalf("app saw %v while draining", got)
 	}
+	wantSettled(t, cs, "requeue", "requeue")
 	for _, c := range cs {
-		if got := fmt.Sprint(c.settled()); got != "[requeue]" {
-			t.Fatalf("%s settled %s, want requeue", c.key, got)
-		}
 		if s := keyState(t, st, c.key); s != seenset.Absent {
 			t.Fatalf("%s is %s, want absent", c.key, s)
 		}
@@ -346,11 +334,7 @@ func TestBatchWithPlainStore(t *testing.T) {
 	if got := fmt.Sprint(app.got()); got != "[a b]" {
 		t.Fatalf("app saw %s", got)
 	}
-	for _, c := range cs {
-		if got := c.settled(); fmt.Sprint(got) != "[ack]" {
-			t.Fatalf("%s settled %v", c.key, got)
-		}
-	}
+	wantSettled(t, cs, "ack", "ack", "ack")
 }
 
 // Successes that arrive while a commit is on the wire share the next
@@ -366,11 +350,7 @@ func TestBatchCommitsShareRoundTrips(t *testing.T) {
 	}
 	ds, cs := batchOf(st, ids...)
 	h(ds)
-	for _, c := range cs {
-		if got := c.settled(); fmt.Sprint(got) != "[ack]" || !c.doneAtAck {
-			t.Fatalf("%s settled %v (done at ack %v)", c.key, got, c.doneAtAck)
-		}
-	}
+	wantSettled(t, cs, slices.Repeat([]string{"ack"}, len(cs))...)
 	// The first success goes alone, at once; the rest queue behind it.
 	if st.commitMany > 3 {
 		t.Fatalf("%d CommitMany calls for %d successes, want at most 3", st.commitMany, len(ids))
