@@ -223,23 +223,3 @@ func (m *Memory) size() int {
 	defer m.mu.Unlock()
 	return len(m.entries)
 }
-
-var _ BatchStore = (*Memory)(nil)
-
-// ClaimMany claims the items in order, as one Claim each.
-func (m *Memory) ClaimMany(ctx context.Context, items []KeyToken, lease time.Duration) []ClaimReply {
-	out := make([]ClaimReply, len(items))
-	for i, it := range items {
-		out[i].Result, out[i].Err = m.Claim(ctx, it.Key, it.Token, lease)
-	}
-	return out
-}
-
-// CommitMany commits the items in order, as one Commit each.
-func (m *Memory) CommitMany(ctx context.Context, items []KeyToken, ttl time.Duration) []error {
-	out := make([]error, len(items))
-	for i, it := range items {
-		out[i] = m.Commit(ctx, it.Key, it.Token, ttl)
-	}
-	return out
-}

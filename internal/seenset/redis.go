@@ -203,16 +203,11 @@ func claimResult(n int64) (ClaimResult, error) {
 // the items are known together, so there is nothing to wait for.
 func (r *Redis) ClaimMany(ctx context.Context, items []KeyToken, lease time.Duration) []ClaimReply {
 	out := make([]ClaimReply, len(items))
-	calls := r.batchCalls(ctx, claimScript, items, lease, func(i int, err error) { out[i].Err = err })
-	for i, c := range calls {
-		if c == nil {
-			continue
+	for i, res := range r.runMany(ctx, claimScript, items, lease) {
+		out[i].Err = res.err
+		if res.err == nil {
+			out[i].Result, out[i].Err = claimResult(res.n)
 		}
-		if c.err != nil {
-			out[i].Err = unavailable(ctx, c.err)
-			continue
-		}
-		out[i].Result, out[i].Err = claimResult(c.n)
 	}
 	return out
 }
@@ -220,37 +215,45 @@ func (r *Redis) ClaimMany(ctx context.Context, items []KeyToken, lease time.Dura
 // CommitMany sends every commit in one pipeline.
 func (r *Redis) CommitMany(ctx context.Context, items []KeyToken, ttl time.Duration) []error {
 	out := make([]error, len(items))
-	calls := r.batchCalls(ctx, commitScript, items, ttl, func(i int, err error) { out[i] = err })
-	for i, c := range calls {
-		if c == nil {
-			continue
+	for i, res := range r.runMany(ctx, commitScript, items, ttl) {
+		out[i] = res.err
+		if res.err == nil {
+			out[i] = ownedResult(res.n)
 		}
-		if c.err != nil {
-			out[i] = unavailable(ctx, c.err)
-			continue
-		}
-		out[i] = ownedResult(c.n)
 	}
 	return out
 }
 
-// batchCalls validates items (invalid reports its error and gets no call)
-// and runs the valid ones as one pipelined batch.
-func (r *Redis) batchCalls(ctx context.Context, s *redis.Script, items []KeyToken, d time.Duration, invalid func(int, error)) []*call {
+type reply struct {
+	n   int64
+	err error // translated: ErrInvalid*, ErrUnavailable
+}
+
+// runMany runs s for every valid item in one pipelined batch; an invalid
+// item gets its validation error and no call.
+func (r *Redis) runMany(ctx context.Context, s *redis.Script, items []KeyToken, d time.Duration) []reply {
+	out := make([]reply, len(items))
 	calls := make([]*call, len(items))
 	live := make([]*call, 0, len(items))
 	ms := millis(d)
 	for i, it := range items {
-		if err := ValidateArgs(it.Key, it.Token, d); err != nil {
-			invalid(i, err)
+		if out[i].err = ValidateArgs(it.Key, it.Token, d); out[i].err != nil {
 			continue
 		}
-		c := &call{ctx: ctx, script: s, keys: []string{r.prefix + it.Key}, args: []any{it.Token, ms}}
-		calls[i] = c
-		live = append(live, c)
+		calls[i] = &call{ctx: ctx, script: s, keys: []string{r.prefix + it.Key}, args: []any{it.Token, ms}}
+		live = append(live, calls[i])
 	}
 	r.batch.exec(live)
-	return calls
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		out[i].n = c.n
+		if c.err != nil {
+			out[i].err = unavailable(ctx, c.err)
+		}
+	}
+	return out
 }
 
 func (r *Redis) Renew(ctx context.Context, key, token string, lease time.Duration) error {

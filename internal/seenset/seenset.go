@@ -166,7 +166,8 @@ type ClaimReply struct {
 // trip. Each item is still its own atomic transition, run in the order
 // given, with exactly the outcome and error the single call would give:
 // only the round trip is shared. A Kafka partition claims the messages it
-// has already fetched this way before forwarding them in order.
+// has already fetched this way before forwarding them in order. Redis is
+// one; the memory store has no round trips to share.
 type BatchStore interface {
 	Store
 	ClaimMany(ctx context.Context, items []KeyToken, lease time.Duration) []ClaimReply
