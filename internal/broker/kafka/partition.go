@@ -259,18 +259,7 @@ func (p *partition) handle(ctx context.Context, ms []kafkago.Message, h broker.B
 // handleAgain is handle with, per message, whether it was handed over
 // before (Redelivered).
 func (p *partition) handleAgain(ctx context.Context, ms []kafkago.Message, again []bool, h broker.BatchHandler) {
-	ds := make([]*delivery, len(ms))
-	hs := make([]broker.Delivery, len(ms))
-	for i, m := range ms {
-		ds[i] = p.newDelivery(ctx, m, again != nil && again[i])
-		hs[i] = ds[i]
-	}
-	h(hs)
-	for _, d := range ds {
-		if d.held.Load() {
-			p.unhold()
-		}
-	}
+	ds := p.deliver(ctx, ms, again, h)
 	for i, d := range ds {
 		if d.finished() {
 			continue
@@ -296,6 +285,27 @@ func (p *partition) handleAgain(ctx context.Context, ms []kafkago.Message, again
 	}
 }
 
+// deliver hands ms to h as one batch and returns their deliveries once h
+// has returned; a hold one of them took (no dead letter possible) ends
+// with the call.
+func (p *partition) deliver(ctx context.Context, ms []kafkago.Message, again []bool, h broker.BatchHandler) []*delivery {
+	ds := make([]*delivery, len(ms))
+	hs := make([]broker.Delivery, len(ms))
+	for i, m := range ms {
+		ds[i] = p.newDelivery(ctx, m, again != nil && again[i])
+		hs[i] = ds[i]
+	}
+	h(hs)
+	for _, d := range ds {
+		if d.held.Load() {
+			p.unhold()
+		}
+	}
+	return ds
+}
+
+// redeliver hands m over again, alone, with a growing backoff, until it
+// is finished or the partition stops.
 func (p *partition) redeliver(ctx context.Context, m kafkago.Message, settled bool, h broker.BatchHandler) {
 	s := p.s
 	backoff := s.o.RetryBackoff
@@ -306,11 +316,7 @@ func (p *partition) redeliver(ctx context.Context, m kafkago.Message, settled bo
 			return
 		}
 		backoff = min(backoff*2, s.o.RetryBackoffMax)
-		d := p.newDelivery(ctx, m, true)
-		h([]broker.Delivery{d})
-		if d.held.Load() {
-			p.unhold()
-		}
+		d := p.deliver(ctx, []kafkago.Message{m}, []bool{true}, h)[0]
 		if d.finished() || ctx.Err() != nil {
 			return
 		}
