@@ -130,22 +130,20 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 	return claims, claimedAt
 }
 
-// runClaimed forwards a message claimed ahead, unless the pipeline stops,
-// the delivery was lost or the app is down (the claim is released and
-// the message requeued or held back as on the slow path). It reports
-// false when the message must take the slow path instead: the claim is
-// then released, no longer ours, or left in w.prior.
+// runClaimed forwards a message claimed ahead. It reports false when the
+// message must take the slow path instead — the pipeline stops or the
+// delivery was lost (the slow path releases the claim left in w.prior and
+// requeues), the app is down (the claim is released while it waits), or
+// the claim went stale (no longer ours, or left in w.prior).
 func (w *work) runClaimed(token string, claimedAt time.Time) bool {
 	p := w.p
 	select {
 	case <-p.draining:
-		w.release(token)
-		w.requeue("stopping")
-		return true
+		w.prior = token
+		return false
 	case <-w.d.Lost():
-		w.release(token)
-		w.requeue("delivery lost")
-		return true
+		w.prior = token
+		return false
 	default:
 	}
 	if g := p.o.Gate; g != nil {
