@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -383,10 +384,21 @@ func millis(d time.Duration) string {
 // above all). The context's own error is wrapped when it ended, so a caller
 // that is shutting down can tell its cancellation from an outage.
 func unavailable(ctx context.Context, err error) error {
+	if keyUnusable(err) {
+		return fmt.Errorf("%w: %v", ErrKeyUnusable, err)
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%w: %w (%v)", ErrUnavailable, cerr, err)
 	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// keyUnusable recognises the two answers that say this one key is
+// unusable while Redis is fine: a key of another type (WRONGTYPE, from the
+// script's GET) and a string our scripts refuse to touch.
+func keyUnusable(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, "seenset: unexpected value under key")
 }
 
 func unexpectedReply(n int64) error {

@@ -454,3 +454,46 @@ func TestRedisHonoursContextDeadline(t *testing.T) {
 	}
 	t.Logf("gave up after %v: %v", took.Round(time.Millisecond), err)
 }
+
+// A key that holds something the seen-set did not write — another type,
+// or a string without our state prefix — is reported as ErrKeyUnusable,
+// not ErrUnavailable: the store is fine, and retrying cannot clear it.
+// Nothing is changed under the key, by any transition.
+func TestRedisForeignValueIsKeyUnusable(t *testing.T) {
+	c := sharedRedis(t)
+	prefix := randomPrefix(t)
+	t.Cleanup(func() { cleanPrefix(t, c, prefix) })
+	st := seenset.NewRedisWithClient(c, prefix)
+	defer st.Close()
+	ctx := context.Background()
+	if err := c.HSet(ctx, prefix+"hash", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, prefix+"foreign", "someone else's", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"hash", "foreign"} {
+		_, err := st.Claim(ctx, key, "tok", time.Minute)
+		items := []seenset.KeyToken{{Key: key, Token: "tok"}}
+		errs := map[string]error{
+			"claim":       err,
+			"renew":       st.Renew(ctx, key, "tok", time.Minute),
+			"commit":      st.Commit(ctx, key, "tok", time.Hour),
+			"release":     st.Release(ctx, key, "tok"),
+			"claim many":  st.ClaimMany(ctx, items, time.Minute)[0].Err,
+			"commit many": st.CommitMany(ctx, items, time.Hour)[0],
+		}
+		_, errs["status"] = st.Status(ctx, key)
+		for op, err := range errs {
+			if !errors.Is(err, seenset.ErrKeyUnusable) || errors.Is(err, seenset.ErrUnavailable) {
+				t.Errorf("%s on %s: err = %v, want ErrKeyUnusable and not ErrUnavailable", op, key, err)
+			}
+		}
+	}
+	if v, err := c.Get(ctx, prefix+"foreign").Result(); err != nil || v != "someone else's" {
+		t.Fatalf("foreign value changed: %q %v", v, err)
+	}
+	if ty, _ := c.Type(ctx, prefix+"hash").Result(); ty != "hash" {
+		t.Fatalf("hash key changed type: %s", ty)
+	}
+}

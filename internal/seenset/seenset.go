@@ -95,6 +95,11 @@ var (
 	// (connection refused, timeout, cluster down). The outcome of the
 	// operation is unknown; callers fail closed and retry.
 	ErrUnavailable = errors.New("seenset: store unavailable")
+	// ErrKeyUnusable: the key holds something the seen-set did not write
+	// (another type, a foreign value), so no transition applies and
+	// retrying cannot help until an operator removes it. Nothing was
+	// changed. It is not ErrUnavailable: the store answered.
+	ErrKeyUnusable = errors.New("seenset: key holds a value the seen-set cannot use")
 )
 
 // Store is a seen-set backend. All methods are safe for concurrent use.
