@@ -58,10 +58,10 @@ sources:
 		}
 	})
 	ctx := context.Background()
-	if _, err := st.Claim(ctx, "cli-test:order-7", "tok", time.Minute); err != nil {
+	if _, err := st.Claim(ctx, "cli-test:orders:order-7", "tok", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Commit(ctx, "cli-test:order-7", "tok", time.Hour); err != nil {
+	if err := st.Commit(ctx, "cli-test:orders:order-7", "tok", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 
@@ -71,19 +71,19 @@ sources:
 		return code, out.String(), errOut.String()
 	}
 	code, out, errOut := cli("keys", "status", "order-7", "--config", cfgPath)
-	if code != 0 || !strings.HasPrefix(out, `{"key":"order-7","state":"done","ttl_seconds":3`) {
+	if code != 0 || !strings.HasPrefix(out, `{"key":"order-7","space":"orders","state":"done","ttl_seconds":3`) {
 		t.Fatalf("keys status = %d %q %q", code, out, errOut)
 	}
 	// Flags before the arguments work too.
 	code, out, errOut = cli("keys", "--config", cfgPath, "forget", "order-7")
-	if code != 0 || out != `{"key":"order-7","forgotten":true}`+"\n" {
+	if code != 0 || out != `{"key":"order-7","space":"orders","forgotten":true}`+"\n" {
 		t.Fatalf("keys forget = %d %q %q", code, out, errOut)
 	}
-	if s, _ := st.Status(ctx, "cli-test:order-7"); s.State != seenset.Absent {
+	if s, _ := st.Status(ctx, "cli-test:orders:order-7"); s.State != seenset.Absent {
 		t.Fatalf("state after forget = %s", s.State)
 	}
 	code, out, _ = cli("keys", "status", "--config", cfgPath, "--", "-12")
-	if code != 0 || out != `{"key":"-12","state":"absent","ttl_seconds":0}`+"\n" {
+	if code != 0 || out != `{"key":"-12","space":"orders","state":"absent","ttl_seconds":0}`+"\n" {
 		t.Fatalf("keys status after --: %d %q", code, out)
 	}
 	for _, bad := range [][]string{

@@ -27,10 +27,12 @@ const usage = `dedupe-proxy: consume from a broker, skip duplicates, forward the
 Usage:
   dedupe-proxy run      --config FILE   run the proxy until SIGTERM/SIGINT
   dedupe-proxy validate --config FILE   check a config file; exit 1 listing every error
-  dedupe-proxy keys status KEY --config FILE
+  dedupe-proxy keys status KEY --config FILE [--space NAME]
                                         show a message key: absent, inflight or done, and its TTL
-  dedupe-proxy keys forget KEY --config FILE
+  dedupe-proxy keys forget KEY --config FILE [--space NAME]
                                         forget a key so its next delivery is forwarded again
+                                        (--space: the source's key_space, by default its name;
+                                        needed when the config has several)
   dedupe-proxy version                  print the version
 
 --config defaults to $DEDUPE_PROXY_CONFIG. Every setting can be overridden
@@ -59,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", os.Getenv(config.EnvConfigFile), "config file (YAML)")
+	space := fs.String("space", "", "keys: the key space (a source's key_space, by default its name)")
 	args, err := parseInterspersed(fs, rest)
 	if err != nil {
 		return 2
@@ -88,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if cmd == "keys" {
-		return keys(cfg, args[0], args[1], stdout, stderr)
+		return keys(cfg, args[0], *space, args[1], stdout, stderr)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -107,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // keys talks to the seen-set directly, with the proxy's own config; the
 // operations are internal/admin's, the same the admin API serves.
-func keys(cfg *config.Config, sub, key string, stdout, stderr io.Writer) int {
+func keys(cfg *config.Config, sub, space, key string, stdout, stderr io.Writer) int {
 	st, err := daemon.NewStore(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "keys: %v\n", err)
@@ -116,8 +119,8 @@ func keys(cfg *config.Config, sub, key string, stdout, stderr io.Writer) int {
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	k := &admin.Keys{Store: st, Consumer: cfg.Consumer}
-	if err := k.Command(ctx, sub, key, stdout); err != nil {
+	k := &admin.Keys{Store: st, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces()}
+	if err := k.Command(ctx, sub, space, key, stdout); err != nil {
 		fmt.Fprintf(stderr, "keys %s: %v\n", sub, err)
 		return 1
 	}

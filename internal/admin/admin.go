@@ -5,8 +5,9 @@
 // command, which talks to the store directly.
 //
 // Keys are message keys as the app sees them in Idempotency-Key; Keys
-// namespaces them with the consumer ("<consumer>:<key>") exactly as the
-// pipeline does, so an operator never types the prefix.
+// namespaces them with the consumer and the key space
+// ("<consumer>:<space>:<key>") exactly as the pipeline does, so an
+// operator never types the prefix.
 package admin
 
 import (
@@ -21,6 +22,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -38,13 +40,18 @@ var ErrInvalidKey = errors.New("admin: invalid key")
 type Keys struct {
 	Store    seenset.Store
 	Consumer string
+	// Spaces are the consumer's key spaces (each source's key_space, by
+	// default its name). A key is "<consumer>:<space>:<key>"; the space
+	// may be left out when there is only one.
+	Spaces []string
 	// Observe, when set, is told about every store operation (metrics).
 	Observe func(op string, start time.Time, err error)
 }
 
 // KeyStatus is the answer of GET /v1/keys/{key} and `keys status`.
 type KeyStatus struct {
-	Key string `json:"key"`
+	Key   string `json:"key"`
+	Space string `json:"space"`
 	// State is absent, inflight or done.
 	State string `json:"state"`
 	// TTLSeconds is the time left on the lease (inflight) or on the done
@@ -54,7 +61,8 @@ type KeyStatus struct {
 
 // ForgetResult is the answer of DELETE /v1/keys/{key} and `keys forget`.
 type ForgetResult struct {
-	Key string `json:"key"`
+	Key   string `json:"key"`
+	Space string `json:"space"`
 	// Forgotten is true when the key existed (inflight or done) and was
 	// removed; false when it was absent already.
 	Forgotten bool `json:"forgotten"`
@@ -72,6 +80,24 @@ func checkKey(key string) error {
 	return nil
 }
 
+// ErrSpace is returned when the key space is missing (several exist) or
+// unknown.
+var ErrSpace = errors.New("admin: key space")
+
+// space picks the key space: the one given, or the only one there is.
+func (k *Keys) space(space string) (string, error) {
+	if space == "" {
+		if len(k.Spaces) == 1 {
+			return k.Spaces[0], nil
+		}
+		return "", fmt.Errorf("%w: this consumer has several (%s); name one (API: ?space=NAME, CLI: --space NAME)", ErrSpace, strings.Join(k.Spaces, ", "))
+	}
+	if !slices.Contains(k.Spaces, space) {
+		return "", fmt.Errorf("%w %q is not one of this consumer's (%s)", ErrSpace, space, strings.Join(k.Spaces, ", "))
+	}
+	return space, nil
+}
+
 func (k *Keys) observe(op string, start time.Time, err error) {
 	if k.Observe != nil {
 		k.Observe(op, start, err)
@@ -79,45 +105,53 @@ func (k *Keys) observe(op string, start time.Time, err error) {
 }
 
 // Status reports where key is in its life.
-func (k *Keys) Status(ctx context.Context, key string) (KeyStatus, error) {
+func (k *Keys) Status(ctx context.Context, space, key string) (KeyStatus, error) {
 	if err := checkKey(key); err != nil {
 		return KeyStatus{}, err
 	}
+	space, err := k.space(space)
+	if err != nil {
+		return KeyStatus{}, err
+	}
 	start := time.Now()
-	st, err := k.Store.Status(ctx, k.Consumer+":"+key)
+	st, err := k.Store.Status(ctx, k.Consumer+":"+space+":"+key)
 	k.observe("status", start, err)
 	if err != nil {
 		return KeyStatus{}, err
 	}
-	return KeyStatus{Key: key, State: st.State.String(), TTLSeconds: math.Round(st.TTL.Seconds()*1000) / 1000}, nil
+	return KeyStatus{Key: key, Space: space, State: st.State.String(), TTLSeconds: math.Round(st.TTL.Seconds()*1000) / 1000}, nil
 }
 
 // Forget removes key whatever its state, so the next delivery of it is
 // forwarded again. Forgetting an inflight key also lets a redelivery be
 // forwarded while the first forward may still be running.
-func (k *Keys) Forget(ctx context.Context, key string) (ForgetResult, error) {
+func (k *Keys) Forget(ctx context.Context, space, key string) (ForgetResult, error) {
 	if err := checkKey(key); err != nil {
 		return ForgetResult{}, err
 	}
+	space, err := k.space(space)
+	if err != nil {
+		return ForgetResult{}, err
+	}
 	start := time.Now()
-	existed, err := k.Store.Forget(ctx, k.Consumer+":"+key)
+	existed, err := k.Store.Forget(ctx, k.Consumer+":"+space+":"+key)
 	k.observe("forget", start, err)
 	if err != nil {
 		return ForgetResult{}, err
 	}
-	return ForgetResult{Key: key, Forgotten: existed}, nil
+	return ForgetResult{Key: key, Space: space, Forgotten: existed}, nil
 }
 
 // Command runs `keys status KEY` or `keys forget KEY` and prints the same
 // JSON the API answers, one line.
-func (k *Keys) Command(ctx context.Context, sub, key string, stdout io.Writer) error {
+func (k *Keys) Command(ctx context.Context, sub, space, key string, stdout io.Writer) error {
 	var v any
 	var err error
 	switch sub {
 	case "status":
-		v, err = k.Status(ctx, key)
+		v, err = k.Status(ctx, space, key)
 	case "forget":
-		v, err = k.Forget(ctx, key)
+		v, err = k.Forget(ctx, space, key)
 	default:
 		return fmt.Errorf("unknown keys command %q (want status or forget)", sub)
 	}
@@ -154,7 +188,7 @@ func (k *Keys) Handler(token string, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	// {key...}: a key may contain '/'.
 	mux.HandleFunc("GET /v1/keys/{key...}", func(w http.ResponseWriter, r *http.Request) {
-		st, err := k.Status(r.Context(), r.PathValue("key"))
+		st, err := k.Status(r.Context(), r.URL.Query().Get("space"), r.PathValue("key"))
 		if err != nil {
 			writeError(w, err)
 			return
@@ -162,13 +196,13 @@ func (k *Keys) Handler(token string, log *slog.Logger) http.Handler {
 		writeJSON(w, http.StatusOK, st)
 	})
 	mux.HandleFunc("DELETE /v1/keys/{key...}", func(w http.ResponseWriter, r *http.Request) {
-		res, err := k.Forget(r.Context(), r.PathValue("key"))
+		res, err := k.Forget(r.Context(), r.URL.Query().Get("space"), r.PathValue("key"))
 		if err != nil {
 			writeError(w, err)
 			return
 		}
 		// An intentional replay is worth a line in the log, always.
-		log.Info("key forgotten via the admin API", "key", res.Key, "existed", res.Forgotten, "remote", r.RemoteAddr)
+		log.Info("key forgotten via the admin API", "key", res.Key, "space", res.Space, "existed", res.Forgotten, "remote", r.RemoteAddr)
 		writeJSON(w, http.StatusOK, res)
 	})
 	return requireToken(token, mux)
@@ -205,7 +239,7 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	status := http.StatusServiceUnavailable // the store could not answer
-	if errors.Is(err, ErrInvalidKey) || errors.Is(err, seenset.ErrInvalidArgument) {
+	if errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrSpace) || errors.Is(err, seenset.ErrInvalidArgument) {
 		status = http.StatusBadRequest
 	}
 	writeJSON(w, status, errorBody{Error: err.Error()})

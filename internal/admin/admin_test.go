@@ -31,30 +31,54 @@ func TestHandlerNamespacesAndAnswersJSON(t *testing.T) {
 	st := seenset.NewMemory()
 	defer st.Close()
 	ctx := context.Background()
-	if _, err := st.Claim(ctx, "orders-worker:k1", "tok", time.Minute); err != nil {
+	if _, err := st.Claim(ctx, "orders-worker:orders:k1", "tok", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Commit(ctx, "orders-worker:k1", "tok", time.Hour); err != nil {
+	if err := st.Commit(ctx, "orders-worker:orders:k1", "tok", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	k := &Keys{Store: st, Consumer: "orders-worker"}
+	k := &Keys{Store: st, Consumer: "orders-worker", Spaces: []string{"orders"}}
 	h := k.Handler("t", nil)
 
 	code, body := serve(t, h, "GET", "/v1/keys/k1", "Bearer t")
-	if code != 200 || !strings.HasPrefix(body, `{"key":"k1","state":"done","ttl_seconds":`) {
+	if code != 200 || !strings.HasPrefix(body, `{"key":"k1","space":"orders","state":"done","ttl_seconds":`) {
 		t.Fatalf("GET done key = %d %s", code, body)
 	}
 	if code, body := serve(t, h, "GET", "/v1/keys/orders-worker:k1", "Bearer t"); code != 200 || !strings.Contains(body, `"state":"absent"`) {
 		t.Fatalf("the prefix must not be typed: %d %s", code, body)
 	}
-	if code, body := serve(t, h, "DELETE", "/v1/keys/k1", "Bearer t"); code != 200 || body != `{"key":"k1","forgotten":true}` {
+	if code, body := serve(t, h, "DELETE", "/v1/keys/k1", "Bearer t"); code != 200 || body != `{"key":"k1","space":"orders","forgotten":true}` {
 		t.Fatalf("DELETE = %d %s", code, body)
 	}
-	if s, _ := st.Status(ctx, "orders-worker:k1"); s.State != seenset.Absent {
+	if s, _ := st.Status(ctx, "orders-worker:orders:k1"); s.State != seenset.Absent {
 		t.Fatalf("store state after forget = %s", s.State)
 	}
 	if code, _ := serve(t, h, "GET", "/v1/keys/k1", ""); code != 401 {
 		t.Fatalf("no token = %d", code)
+	}
+}
+
+// With several key spaces the space must be named; a named one must
+// exist. Each space is its own namespace.
+func TestHandlerKeySpaces(t *testing.T) {
+	st := seenset.NewMemory()
+	defer st.Close()
+	ctx := context.Background()
+	if _, err := st.Claim(ctx, "c:returns:k1", "tok", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h := (&Keys{Store: st, Consumer: "c", Spaces: []string{"orders", "returns"}}).Handler("t", nil)
+	if code, body := serve(t, h, "GET", "/v1/keys/k1", "Bearer t"); code != 400 || !strings.Contains(body, "orders, returns") {
+		t.Fatalf("no space = %d %s, want 400 naming the spaces", code, body)
+	}
+	if code, body := serve(t, h, "GET", "/v1/keys/k1?space=nope", "Bearer t"); code != 400 {
+		t.Fatalf("unknown space = %d %s, want 400", code, body)
+	}
+	if code, body := serve(t, h, "GET", "/v1/keys/k1?space=orders", "Bearer t"); code != 200 || !strings.Contains(body, `"state":"absent"`) {
+		t.Fatalf("orders = %d %s, want absent", code, body)
+	}
+	if code, body := serve(t, h, "GET", "/v1/keys/k1?space=returns", "Bearer t"); code != 200 || !strings.Contains(body, `"state":"inflight"`) {
+		t.Fatalf("returns = %d %s, want inflight", code, body)
 	}
 }
 
@@ -66,7 +90,7 @@ func (downStore) Status(context.Context, string) (seenset.Status, error) {
 
 func TestHandlerStoreDownIs503(t *testing.T) {
 	var ops []string
-	k := &Keys{Store: downStore{}, Consumer: "c", Observe: func(op string, _ time.Time, err error) {
+	k := &Keys{Store: downStore{}, Consumer: "c", Spaces: []string{"s"}, Observe: func(op string, _ time.Time, err error) {
 		if err != nil {
 			ops = append(ops, op)
 		}
@@ -120,15 +144,15 @@ func TestLoadToken(t *testing.T) {
 func TestCommand(t *testing.T) {
 	st := seenset.NewMemory()
 	defer st.Close()
-	k := &Keys{Store: st, Consumer: "c"}
+	k := &Keys{Store: st, Consumer: "c", Spaces: []string{"s"}}
 	var out bytes.Buffer
-	if err := k.Command(context.Background(), "status", "x", &out); err != nil || out.String() != `{"key":"x","state":"absent","ttl_seconds":0}`+"\n" {
+	if err := k.Command(context.Background(), "status", "", "x", &out); err != nil || out.String() != `{"key":"x","space":"s","state":"absent","ttl_seconds":0}`+"\n" {
 		t.Fatalf("status: %v %q", err, out.String())
 	}
-	if err := k.Command(context.Background(), "nope", "x", &out); err == nil {
+	if err := k.Command(context.Background(), "nope", "", "x", &out); err == nil {
 		t.Fatal("unknown sub-command accepted")
 	}
-	if err := k.Command(context.Background(), "forget", "", &out); !errors.Is(err, ErrInvalidKey) {
+	if err := k.Command(context.Background(), "forget", "", "", &out); !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("empty key: %v", err)
 	}
 }

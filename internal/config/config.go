@@ -7,14 +7,15 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
 // Config is the whole file.
 type Config struct {
-	// Consumer names this consumer; every stored key is "<consumer>:<key>"
-	// so several consumers can share one Redis without seeing each other's
-	// keys.
+	// Consumer names this consumer; every stored key is
+	// "<consumer>:<key space>:<key>" so several consumers can share one
+	// Redis without seeing each other's keys.
 	Consumer        string        `mapstructure:"consumer"`
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 	Log             Log           `mapstructure:"log"`
@@ -98,6 +99,11 @@ type Source struct {
 	Path         string   `mapstructure:"path"`
 	Key          []string `mapstructure:"key"`
 	OnMissingKey string   `mapstructure:"on_missing_key"`
+	// KeySpace scopes this source's stored keys: "<consumer>:<key_space>:<key>".
+	// Empty means the source's own name, so the same id on two sources of
+	// one consumer (two jobs) is two keys. Sources that must share one key
+	// space (one stream consumed from two queues) set the same value.
+	KeySpace string `mapstructure:"key_space"`
 	// MaxRedeliveryDelay is the longest time after which this source may
 	// deliver a message again (a delayed retry loop, a producer's retry
 	// window, Kafka retention). 0 means unknown. When it exceeds
@@ -235,6 +241,25 @@ func DefaultSource() Source {
 			RebalanceTimeout:  30 * time.Second,
 		},
 	}
+}
+
+// KeySpaceName is the source's key space: key_space, or its name.
+func (s Source) KeySpaceName() string {
+	if s.KeySpace != "" {
+		return s.KeySpace
+	}
+	return s.Name
+}
+
+// KeySpaces lists the consumer's key spaces once each, in source order.
+func (c *Config) KeySpaces() []string {
+	var out []string
+	for _, s := range c.Sources {
+		if n := s.KeySpaceName(); !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (s Source) String() string { return fmt.Sprintf("%s (%s)", s.Name, s.Type) }

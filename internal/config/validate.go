@@ -161,6 +161,11 @@ func (s *Source) validate(at string, p *problems) {
 		}
 	}
 	p.oneOf(at+".on_missing_key", s.OnMissingKey, "forward", "dead_letter")
+	if s.KeySpace != "" && !nameRE.MatchString(s.KeySpace) {
+		// No ':' either: it would let "<space>:<key>" of one source equal
+		// another source's key.
+		p.add(at+".key_space", "must be empty (the source's name) or a name of letters, digits, '.', '_' or '-', got %q", s.KeySpace)
+	}
 	if s.MaxRedeliveryDelay < 0 {
 		p.add(at+".max_redelivery_delay", "must not be negative (0: unknown), got %s", s.MaxRedeliveryDelay)
 	}
@@ -251,7 +256,24 @@ func (w Warning) String() string { return w.Path + ": " + w.Msg }
 // them at start and validate prints them.
 func (c *Config) Warnings() []Warning {
 	var ws []Warning
+	if c.ShutdownTimeout <= c.App.Timeout {
+		ws = append(ws, Warning{
+			Path: "shutdown_timeout",
+			Msg: fmt.Sprintf("is %s, not longer than app.timeout (%s): on SIGTERM a request still at the app is cut off and its message requeued; "+
+				"its key stays claimed for seenset.lease (%s) so no replica sends it again meanwhile, but it waits that long — set shutdown_timeout above app.timeout",
+				c.ShutdownTimeout, c.App.Timeout, c.SeenSet.Lease),
+		})
+	}
 	for i, s := range c.Sources {
+		for j, rule := range s.Key {
+			if strings.TrimSpace(rule) == "record_key" {
+				ws = append(ws, Warning{
+					Path: fmt.Sprintf("sources[%d].key[%d]", i, j),
+					Msg: "record_key identifies an entity (all events of one order share it), not a message: every message after the first " +
+						"with the same record key within seenset.ttl would be skipped as a duplicate; use a message id (json:meta.id, header:<name>)",
+				})
+			}
+		}
 		if s.MaxRedeliveryDelay > c.SeenSet.TTL {
 			ws = append(ws, Warning{
 				Path: fmt.Sprintf("sources[%d].max_redelivery_delay", i),

@@ -49,3 +49,59 @@ func TestWarningsTTLShorterThanRedeliveryHorizon(t *testing.T) {
 		t.Fatalf("warning = %q", ws[0])
 	}
 }
+
+// record_key names an entity, not a message; a shutdown_timeout no longer
+// than app.timeout cuts requests off on every deploy. Both are valid and
+// warned about, each under its field.
+func TestWarningsRecordKeyAndShutdownTimeout(t *testing.T) {
+	c := Default()
+	c.Consumer = "c"
+	s := DefaultSource()
+	s.Name, s.Type, s.Kafka.Topics, s.Kafka.Group = "events", "kafka", []string{"t"}, "g"
+	s.Key = []string{"header:bq-message-id", "record_key"}
+	c.Sources = []Source{s}
+	c.ShutdownTimeout, c.App.Timeout = 10*time.Second, 10*time.Second
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ws := c.Warnings()
+	got := map[string]string{}
+	for _, w := range ws {
+		got[w.Path] = w.Msg
+	}
+	if len(ws) != 2 || !strings.Contains(got["sources[0].key[1]"], "entity") || !strings.Contains(got["shutdown_timeout"], "app.timeout") {
+		t.Fatalf("warnings = %v", ws)
+	}
+	c.ShutdownTimeout = 11 * time.Second
+	c.Sources[0].Key = []string{"json:meta.id"}
+	if ws := c.Warnings(); len(ws) != 0 {
+		t.Fatalf("warnings = %v, want none", ws)
+	}
+}
+
+// key_space is a name, never one with ':' (it would let one source's
+// "<space>:<key>" equal another's key).
+func TestKeySpaceIsAName(t *testing.T) {
+	c := Default()
+	c.Consumer = "c"
+	s := DefaultSource()
+	s.Name, s.RabbitMQ.Queue = "orders", "orders"
+	c.Sources = []Source{s}
+	for _, tc := range []struct {
+		space string
+		ok    bool
+	}{{"", true}, {"money", true}, {"a.b-c_d", true}, {"a:b", false}, {"-x", false}, {"a b", false}} {
+		c.Sources[0].KeySpace = tc.space
+		err := c.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "sources[0].key_space")) {
+			t.Errorf("key_space %q: err = %v, want ok=%v", tc.space, err, tc.ok)
+		}
+	}
+	c.Sources[0].KeySpace = ""
+	o := s
+	o.Name, o.KeySpace = "returns", "orders"
+	c.Sources = append(c.Sources, o)
+	if got := c.KeySpaces(); len(got) != 1 || got[0] != "orders" {
+		t.Fatalf("KeySpaces = %v, want [orders]", got)
+	}
+}

@@ -32,6 +32,12 @@ func (d *Daemon) startAdmin() error {
 func (d *Daemon) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if f := d.failed.Load(); f != nil {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte((*f).Error() + "\n"))
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	// One line per check, "name: ok" or "name: <why>"; 503 unless all pass.

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,7 +55,18 @@ type Daemon struct {
 	adminLn  net.Listener
 	health   *appHealth   // nil without app.health_url
 	keysAPI  http.Handler // nil unless an admin token is configured
+	// failed holds the error of a source that stopped by itself; /healthz
+	// reports it while the process shuts down to be restarted.
+	failed atomic.Pointer[error]
+	// abortGrace bounds the wait for in-flight work after Abort.
+	abortGrace time.Duration
 }
+
+// defaultAbortGrace is how long Run waits for in-flight work once the
+// shutdown timeout ran out and forwards were cancelled; past it the
+// process exits anyway (non-zero) and the broker redelivers whatever was
+// not settled.
+const defaultAbortGrace = 10 * time.Second
 
 type source struct {
 	src broker.Source
@@ -63,7 +75,7 @@ type source struct {
 
 // New builds a Daemon; nothing connects until Run.
 func New(cfg *config.Config, deps Deps) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, log: deps.Logger, store: deps.Store, reg: deps.Registry}
+	d := &Daemon{cfg: cfg, log: deps.Logger, store: deps.Store, reg: deps.Registry, abortGrace: defaultAbortGrace}
 	if d.log == nil {
 		d.log = NewLogger(cfg.Log, nil)
 	}
@@ -107,7 +119,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		return nil, err
 	}
 	if token != "" {
-		k := &admin.Keys{Store: d.store, Consumer: cfg.Consumer, Observe: d.observeStore}
+		k := &admin.Keys{Store: d.store, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces(), Observe: d.observeStore}
 		d.keysAPI = k.Handler(token, d.log)
 	}
 	for _, w := range cfg.Warnings() {
@@ -149,6 +161,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 			Kind:                 sc.Type,
 			Path:                 sc.Path,
 			Keys:                 ex,
+			KeySpace:             sc.KeySpaceName(),
 			DeadLetterMissingKey: sc.OnMissingKey == "dead_letter",
 			Requeues:             src.Requeues(),
 		}
@@ -327,14 +340,32 @@ func (d *Daemon) Run(ctx context.Context) error {
 		close(healthDone)
 	}
 
+	// A source that stops by itself while we run (a fault retrying
+	// cannot fix) stops the whole process: a proxy that consumes nothing
+	// while its probes say ok is the worst outcome, and a restart is what
+	// Kubernetes does best.
+	ctx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
 	var wg sync.WaitGroup
 	for _, s := range d.sources {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.run(ctx); err != nil {
-				d.log.Error("source stopped", "source", s.src.Name(), "err", err)
+			err := s.run(ctx)
+			if ctx.Err() != nil {
+				if err != nil {
+					d.log.Error("source stopped with an error during shutdown", "source", s.src.Name(), "err", err)
+				}
+				return
 			}
+			if err == nil {
+				err = errors.New("stopped consuming by itself")
+			}
+			err = fmt.Errorf("source %s: %w", s.src.Name(), err)
+			if d.failed.CompareAndSwap(nil, &err) {
+				d.log.Error("source stopped; shutting down to be restarted", "source", s.src.Name(), "err", err)
+			}
+			stopAll()
 		}()
 	}
 	sourcesDone := make(chan struct{})
@@ -346,18 +377,29 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.pipe.Drain()
 	timer := time.NewTimer(d.cfg.ShutdownTimeout)
 	defer timer.Stop()
+	var errs []error
+	if f := d.failed.Load(); f != nil {
+		errs = append(errs, *f)
+	}
 	select {
 	case <-sourcesDone:
 	case <-timer.C:
-		d.log.Warn("shutdown timeout reached: releasing and requeuing forwards still in progress")
+		d.log.Warn("shutdown timeout reached: cancelling forwards still in progress and requeuing them; their keys stay claimed for a lease")
 		d.pipe.Abort()
-		<-sourcesDone
+		grace := time.NewTimer(d.abortGrace)
+		defer grace.Stop()
+		select {
+		case <-sourcesDone:
+		case <-grace.C:
+			err := fmt.Errorf("in-flight work did not stop within %s of the shutdown timeout; exiting anyway, the broker redelivers what was not settled", d.abortGrace)
+			d.log.Error(err.Error())
+			errs = append(errs, err)
+		}
 	}
 	// Nothing waits at the gate any more: the prober can stop before the
 	// forwarder it probes through is closed.
 	stopHealth()
 	<-healthDone
-	var errs []error
 	for _, s := range d.sources {
 		if err := s.src.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close source %s: %w", s.src.Name(), err))

@@ -91,7 +91,7 @@ func (h *harness) replaySequence(p *proxy, c testutil.Sequence, timeout time.Dur
 	effects := 0
 	for i, d := range c.Deliveries {
 		if d.ForgetBefore {
-			if _, err := p.d.Store().Forget(context.Background(), "test:"+d.MetaID); err != nil {
+			if _, err := p.d.Store().Forget(context.Background(), storedKey(d.MetaID)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -291,6 +291,10 @@ func envelope(id string, extra string) []byte {
 	return b
 }
 
+// storedKey is a message key as the harness' source stores it: consumer
+// "test", source "orders" (its key space).
+func storedKey(key string) string { return "test:orders:" + key }
+
 func (h *harness) status(key string) seenset.Status {
 	h.t.Helper()
 	st, err := NewStore(&h.cfg)
@@ -298,7 +302,7 @@ func (h *harness) status(key string) seenset.Status {
 		h.t.Fatal(err)
 	}
 	defer st.Close()
-	s, err := st.Status(context.Background(), h.cfg.Consumer+":"+key)
+	s, err := st.Status(context.Background(), storedKey(key))
 	if err != nil {
 		h.t.Fatal(err)
 	}

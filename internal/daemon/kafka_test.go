@@ -544,7 +544,7 @@ func TestKafkaBusyKeyWaitsInOrder(t *testing.T) {
 	h := newKafkaHarness(t, 1, nil)
 	p := h.start()
 	ctx := context.Background()
-	if res, err := p.d.Store().Claim(ctx, "test:busy-1", "other-replica", 30*time.Second); err != nil || res != seenset.Claimed {
+	if res, err := p.d.Store().Claim(ctx, storedKey("busy-1"), "other-replica", 30*time.Second); err != nil || res != seenset.Claimed {
 		t.Fatalf("claim: %v %v", res, err)
 	}
 	h.produce(kmsg(0, "", "busy-1", ""), kmsg(0, "", "busy-2", ""))
@@ -552,7 +552,7 @@ func TestKafkaBusyKeyWaitsInOrder(t *testing.T) {
 	if h.app.Count() != 0 {
 		t.Fatalf("app called %d times while the first key was busy", h.app.Count())
 	}
-	if err := p.d.Store().Release(ctx, "test:busy-1", "other-replica"); err != nil {
+	if err := p.d.Store().Release(ctx, storedKey("busy-1"), "other-replica"); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "both forwarded", func() bool { return p.result(t, "forwarded") == 2 })

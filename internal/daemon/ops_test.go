@@ -328,6 +328,7 @@ func TestAdminKeysAPIAuth(t *testing.T) {
 
 type keyStatus struct {
 	Key        string  `json:"key"`
+	Space      string  `json:"space"`
 	State      string  `json:"state"`
 	TTLSeconds float64 `json:"ttl_seconds"`
 }
@@ -351,12 +352,12 @@ func TestAdminKeysStatusAndForget(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { withAdmin(c); c.Admin.Token = "tok" })
 	p := h.start()
 
-	if s := getKey(t, p, "never-seen"); s != (keyStatus{Key: "never-seen", State: "absent"}) {
+	if s := getKey(t, p, "never-seen"); s != (keyStatus{Key: "never-seen", Space: "orders", State: "absent"}) {
 		t.Errorf("absent key: %+v", s)
 	}
 	// Inflight: another replica's claim, made directly on the store; the
 	// API namespaces the key with the consumer as the pipeline does.
-	if _, err := p.d.Store().Claim(context.Background(), "test:in/flight", "other-replica", 3*time.Second); err != nil {
+	if _, err := p.d.Store().Claim(context.Background(), storedKey("in/flight"), "other-replica", 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if s := getKey(t, p, "in/flight"); s.State != "inflight" || s.TTLSeconds <= 0 || s.TTLSeconds > 3 {
@@ -372,7 +373,7 @@ func TestAdminKeysStatusAndForget(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "duplicate", func() bool { return p.result(t, "duplicate") == 1 })
 
 	code, body := adminDo(t, p, "DELETE", "/v1/keys/replay-1", "Bearer tok")
-	if code != http.StatusOK || strings.TrimSpace(body) != `{"key":"replay-1","forgotten":true}` {
+	if code != http.StatusOK || strings.TrimSpace(body) != `{"key":"replay-1","space":"orders","forgotten":true}` {
 		t.Fatalf("DELETE = %d %s", code, body)
 	}
 	if s := getKey(t, p, "replay-1"); s.State != "absent" {
@@ -384,7 +385,7 @@ func TestAdminKeysStatusAndForget(t *testing.T) {
 		t.Fatalf("replay-1 effected %d times, want 2 (once, then once after the forget)", n)
 	}
 	code, body = adminDo(t, p, "DELETE", "/v1/keys/never-seen", "Bearer tok")
-	if code != http.StatusOK || strings.TrimSpace(body) != `{"key":"never-seen","forgotten":false}` {
+	if code != http.StatusOK || strings.TrimSpace(body) != `{"key":"never-seen","space":"orders","forgotten":false}` {
 		t.Fatalf("DELETE absent = %d %s", code, body)
 	}
 	if code, _ := adminDo(t, p, "GET", "/v1/keys/"+strings.Repeat("x", 513), "Bearer tok"); code != http.StatusBadRequest {

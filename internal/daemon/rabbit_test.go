@@ -67,7 +67,7 @@ func TestFixturesReachAppByteForByte(t *testing.T) {
 		}
 		var env struct{ Meta struct{ ID string } }
 		_ = json.Unmarshal(body, &env)
-		if _, err := p.d.Store().Forget(context.Background(), "test:"+env.Meta.ID); err != nil {
+		if _, err := p.d.Store().Forget(context.Background(), storedKey(env.Meta.ID)); err != nil {
 			t.Fatal(err)
 		}
 		publishJSON(h, body)
@@ -453,11 +453,86 @@ func TestShutdownTimeoutRequeues(t *testing.T) {
 	if p.result(t, "requeued") != 1 || p.result(t, "dead_lettered") != 0 {
 		t.Fatalf("requeued %v dead-lettered %v", p.result(t, "requeued"), p.result(t, "dead_lettered"))
 	}
-	if s := h.status("slow-1"); s.State != seenset.Absent {
-		t.Fatalf("state = %s, want absent (released)", s.State)
+	// The app may still be working on it: the key stays claimed for a
+	// lease, so the redelivery is not sent while the first may run.
+	if s := h.status("slow-1"); s.State != seenset.Inflight || s.TTL <= 0 || s.TTL > h.cfg.SeenSet.Lease {
+		t.Fatalf("state = %+v, want inflight for at most a lease (%s)", s, h.cfg.SeenSet.Lease)
 	}
 	if r := h.rabbit.Ready(h.queue); r != 1 {
 		t.Fatalf("queue holds %d, want the requeued message", r)
+	}
+}
+
+// The same meta.id on two sources of one consumer is two jobs: each
+// reaches the app on its own path. Sources that name one key_space share
+// their keys on purpose: then it is one job.
+func TestSameIDOnTwoSources(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			h := newHarness(t, nil)
+			returns := h.rabbit.Queue("dptest.returns.", nil)
+			second := h.cfg.Sources[0]
+			second.Name, second.Path, second.RabbitMQ.Queue = "returns", "/returns", returns
+			h.cfg.Sources[0].Path = "/orders"
+			if shared {
+				h.cfg.Sources[0].KeySpace, second.KeySpace = "money", "money"
+			}
+			h.cfg.Sources = append(h.cfg.Sources, second)
+			if err := h.cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			p := h.start()
+			publishJSON(h, envelope("same-1", "order"))
+			testutil.Eventually(t, 10*time.Second, "first settled", func() bool { return p.settled(t) == 1 })
+			h.rabbit.Publish(returns, amqp.Publishing{ContentType: "application/json", Body: envelope("same-1", "return")})
+			testutil.Eventually(t, 10*time.Second, "second settled", func() bool { return p.settled(t) == 2 })
+			var paths []string
+			for _, r := range h.app.Requests() {
+				paths = append(paths, r.Path)
+			}
+			want := "[/orders /returns]"
+			if shared {
+				want = "[/orders]"
+			}
+			if got := fmt.Sprint(paths); got != want {
+				t.Fatalf("app saw %s, want %s", got, want)
+			}
+			if h.rabbit.Ready(h.queue) != 0 || h.rabbit.Ready(returns) != 0 {
+				t.Fatal("a queue still holds a message")
+			}
+		})
+	}
+}
+
+// The app takes longer than app.timeout. The timed-out request is not
+// overlapped by a retry, from this replica or another: the key stays
+// claimed for a lease after the timeout, and the retry comes after it.
+func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
+	var mu sync.Mutex
+	running, most, calls := 0, 0, 0
+	h := newHarness(t, func(c *config.Config) { c.App.Timeout = 300 * time.Millisecond; c.SeenSet.Lease = time.Second })
+	h.app.SetRespond(func(*testutil.Request, int) int {
+		mu.Lock()
+		running++
+		calls++
+		most = max(most, running)
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			time.Sleep(700 * time.Millisecond)
+		}
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return http.StatusOK
+	})
+	a, b := h.start(), h.start()
+	publishJSON(h, envelope("slow-2", ""))
+	testutil.Eventually(t, 20*time.Second, "acked", func() bool { return a.result(t, "forwarded")+b.result(t, "forwarded") == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 || h.app.Count() != 2 {
+		t.Fatalf("%d requests, at most %d at once; want 2 (a timeout, a retry), never together", h.app.Count(), most)
 	}
 }
 

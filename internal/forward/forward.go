@@ -127,6 +127,10 @@ type Result struct {
 	// Unix socket missing). The app is down or not started yet, so the
 	// message itself has not failed.
 	Unreachable bool
+	// MayBeRunning: the request was sent, or may have been, and no answer
+	// came back before our timeout or cancellation. The app may still be
+	// working on it, so the caller must not send the same key again yet.
+	MayBeRunning bool
 }
 
 // Client forwards requests to one app. It is safe for concurrent use.
@@ -382,14 +386,16 @@ func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Resu
 // two ended tells the caller's cancellation from our timeout.
 func failure(parent, ctx context.Context, err error, prefix string) Result {
 	if perr := parent.Err(); perr != nil {
-		return Result{Outcome: Retryable, Reason: prefix + "cancelled", Err: fmt.Errorf("forward cancelled: %w", perr)}
+		return Result{Outcome: Retryable, Reason: prefix + "cancelled", Err: fmt.Errorf("forward cancelled: %w", perr), MayBeRunning: true}
 	}
 	reason := transportReason(err)
-	if ctx.Err() != nil {
+	timedOut := ctx.Err() != nil
+	if timedOut {
 		reason = "timeout"
 	}
 	return Result{Outcome: Retryable, Reason: prefix + reason, Err: err,
-		Unreachable: reason == "connection refused" || reason == "socket missing"}
+		Unreachable:  reason == "connection refused" || reason == "socket missing",
+		MayBeRunning: timedOut}
 }
 
 // Probe GETs healthURL (absolute, or a path relative to Config.URL) through

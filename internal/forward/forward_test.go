@@ -483,8 +483,8 @@ func TestDoTimeout(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			res := c.Do(context.Background(), Request{Path: tt.path})
-			if res.Outcome != Retryable || res.Reason != tt.reason || res.Status != tt.status || res.Err == nil {
-				t.Errorf("result = %+v, want retryable %q status %d with an error", res, tt.reason, tt.status)
+			if res.Outcome != Retryable || res.Reason != tt.reason || res.Status != tt.status || res.Err == nil || !res.MayBeRunning {
+				t.Errorf("result = %+v, want retryable %q status %d with an error, the app maybe still running it", res, tt.reason, tt.status)
 			}
 			if res.Duration < 100*time.Millisecond || res.Duration > 5*time.Second {
 				t.Errorf("Duration = %s, want about the 100ms timeout", res.Duration)
@@ -508,8 +508,8 @@ func TestDoCallerCancel(t *testing.T) {
 		cancel()
 	}()
 	res := c.Do(ctx, Request{})
-	if res.Outcome != Retryable || res.Reason != "cancelled" || !errors.Is(res.Err, context.Canceled) {
-		t.Errorf("in flight: result = %+v, want retryable cancelled wrapping context.Canceled", res)
+	if res.Outcome != Retryable || res.Reason != "cancelled" || !errors.Is(res.Err, context.Canceled) || !res.MayBeRunning {
+		t.Errorf("in flight: result = %+v, want retryable cancelled wrapping context.Canceled, the app maybe still running it", res)
 	}
 
 	res = c.Do(ctx, Request{})
@@ -536,7 +536,7 @@ func TestDoConnectionRefusedRedactsURL(t *testing.T) {
 
 	c := newClient(t, Config{URL: "http://svc:s3cret@" + addr + "/base"})
 	res := c.Do(context.Background(), Request{Path: "/orders?token=t0ken"})
-	if res.Outcome != Retryable || res.Reason != "connection refused" || res.Status != 0 || res.Err == nil || !res.Unreachable {
+	if res.Outcome != Retryable || res.Reason != "connection refused" || res.Status != 0 || res.Err == nil || !res.Unreachable || res.MayBeRunning {
 		t.Fatalf("result = %+v, want retryable, unreachable, connection refused", res)
 	}
 	msg := res.Err.Error() + " " + res.Reason

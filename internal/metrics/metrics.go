@@ -33,12 +33,15 @@ const (
 	EventDeadLetterFail = "dead_letter_fail" // the dead-letter publish failed; requeued or retried instead
 	EventFailed         = "failed"           // given up on: permanent answer, retries exhausted or body too large
 	EventAppWait        = "app_wait"         // held before its claim because app.health_url said the app was down
+	EventPanic          = "panic"            // a bug panicked while handling it; recovered, claim released or left to expire, given back
+	EventStoreKeyError  = "store_key_error"  // the key's seen-set entry is unusable (wrong type, foreign value): dead-lettered or held
 )
 
 var (
 	results = []string{Forwarded, Duplicate, DeadLettered, Requeued}
 	events  = []string{EventNoKey, EventBusy, EventRetry, EventStoreError, EventStoreFailOpen, EventCommitFailed,
-		EventLeaseLost, EventSettleFailed, EventBodyTooLarge, EventDeadLetterFail, EventFailed, EventAppWait}
+		EventLeaseLost, EventSettleFailed, EventBodyTooLarge, EventDeadLetterFail, EventFailed, EventAppWait,
+		EventPanic, EventStoreKeyError}
 	classes  = []string{"2xx", "3xx", "4xx", "5xx", "error"}
 	storeOps = []string{"claim", "renew", "commit", "release", "forget", "status", "ping"}
 )

@@ -41,23 +41,44 @@ func (p *Pipeline) handleBatch(src *source, ds []broker.Delivery) {
 	}
 	claims, claimedAt := p.claimAhead(ws)
 	for i := range ws {
-		w := &ws[i]
-		if c := claims[i]; c.token != "" {
-			switch c.result {
-			case seenset.Duplicate:
-				w.ack(metrics.Duplicate)
-				continue
-			case seenset.Claimed:
-				if w.runClaimed(c.token, claimedAt) {
-					continue
-				}
-			}
+		if p.batchItem(&ws[i], claims[i], claimedAt, g) {
+			continue
 		}
-		// Off the fast path: an earlier success may hold this key or
-		// the slow path may wait long, so settle the earlier ones first.
-		g.wait()
-		w.run()
+		// It panicked and was given back: nothing after it may overtake
+		// it, so the rest goes back too, claims released, to be handed
+		// over again in order behind it.
+		for j := i + 1; j < len(ws); j++ {
+			if c := claims[j]; c.token != "" && c.result == seenset.Claimed {
+				ws[j].release(c.token)
+			}
+			ws[j].requeue("an earlier message of its batch was given back")
+		}
+		return
 	}
+}
+
+// batchItem runs one message of a batch; false when it panicked (and
+// was given back by recoverPanic).
+func (p *Pipeline) batchItem(w *work, c aheadClaim, claimedAt time.Time, g *committer) bool {
+	defer w.recoverPanic()
+	if c.token != "" {
+		switch c.result {
+		case seenset.Duplicate:
+			w.ack(metrics.Duplicate)
+			return true
+		case seenset.Claimed:
+			w.held = c.token
+			if w.runClaimed(c.token, claimedAt) {
+				return true
+			}
+			w.held = ""
+		}
+	}
+	// Off the fast path: an earlier success may hold this key or
+	// the slow path may wait long, so settle the earlier ones first.
+	g.wait()
+	w.run()
+	return true
 }
 
 type aheadClaim struct {
@@ -79,6 +100,12 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 	}
 	items := make([]seenset.KeyToken, 0, len(ws))
 	at := make([]int, 0, len(ws))
+	// A key twice in one batch is claimed once, for its first message:
+	// were both claimed, the first could find the key busy under the
+	// second's claim (another replica let go between the two) and wait
+	// for a lease that only it can end. The later one takes the slow
+	// path after the earlier ones settled, and finds the key done.
+	var inBatch map[string]struct{}
 	for i := range ws {
 		w := &ws[i]
 		if p.o.MaxBodyBytes > 0 && int64(len(w.m.Body)) > p.o.MaxBodyBytes {
@@ -89,7 +116,14 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 			continue
 		}
 		w.key = key
-		w.full = p.o.Consumer + ":" + key
+		w.full = w.s.prefix + key
+		if inBatch == nil {
+			inBatch = make(map[string]struct{}, len(ws))
+		}
+		if _, twice := inBatch[w.full]; twice {
+			continue
+		}
+		inBatch[w.full] = struct{}{}
 		claims[i].token = p.newToken()
 		items = append(items, seenset.KeyToken{Key: w.full, Token: claims[i].token})
 		at = append(at, i)

@@ -75,7 +75,7 @@ func (s *countingStore) CommitMany(ctx context.Context, items []seenset.KeyToken
 func (s *countingStore) count(m map[string]int, key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return m["c:"+key]
+	return m[stored+key]
 }
 
 // recorder is an app: it records the Idempotency-Key of every request
@@ -128,7 +128,7 @@ type ackCheck struct {
 
 func (d *ackCheck) Ack(ctx context.Context) error {
 	if d.key != "" {
-		s, err := d.st.Status(ctx, "c:"+d.key)
+		s, err := d.st.Status(ctx, stored+d.key)
 		d.doneAtAck = err == nil && s.State == seenset.Done
 	}
 	return d.recDelivery.Ack(ctx)
@@ -179,10 +179,10 @@ func newBatchPipeline(st seenset.Store, f pipeline.Forwarder, lease time.Duratio
 func TestBatchInOrderWithDuplicates(t *testing.T) {
 	st := newCountingStore()
 	done := "old"
-	if _, err := st.Claim(context.Background(), "c:"+done, "x", time.Minute); err != nil {
+	if _, err := st.Claim(context.Background(), stored+done, "x", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Commit(context.Background(), "c:"+done, "x", time.Hour); err != nil {
+	if err := st.Commit(context.Background(), stored+done, "x", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	app := &recorder{}

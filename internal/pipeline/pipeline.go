@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,7 @@ type Gate interface {
 
 // Options configure a Pipeline.
 type Options struct {
-	// Consumer namespaces every stored key: "<consumer>:<key>".
+	// Consumer namespaces every stored key: "<consumer>:<key space>:<key>".
 	Consumer  string
 	Store     seenset.Store
 	Forwarder Forwarder
@@ -73,6 +74,11 @@ type Options struct {
 type SourceOptions struct {
 	Name string
 	Kind string
+	// KeySpace scopes the source's stored keys, "<consumer>:<KeySpace>:<key>";
+	// empty means Name. A message on another source is another job, so the
+	// same id there is not a duplicate — unless both sources name the same
+	// key space on purpose.
+	KeySpace string
 	// Path is appended to the app URL.
 	Path string
 	Keys *keys.Extractor
@@ -168,15 +174,51 @@ func (p *Pipeline) source(s SourceOptions) *source {
 	if s.Keys == nil {
 		s.Keys, _ = keys.Parse(nil)
 	}
+	if s.KeySpace == "" {
+		s.KeySpace = s.Name
+	}
 	p.m.InitSource(s.Name, s.Kind)
-	return &source{SourceOptions: s, m: p.bind(s.Name)}
+	return &source{SourceOptions: s, m: p.bind(s.Name), prefix: p.o.Consumer + ":" + s.KeySpace + ":"}
 }
 
 func (p *Pipeline) handle(src *source, d broker.Delivery) {
 	w := &work{p: p, s: src, d: d, m: d.Message()}
 	src.m.inflight.Inc()
 	defer src.m.inflight.Dec()
+	defer w.recoverPanic()
 	w.run()
+}
+
+// recoverPanic keeps a bug that one message triggers from killing the
+// process: a poison message would otherwise take down every replica in
+// turn. The message is given back after a backoff (RabbitMQ requeues it,
+// Kafka holds the partition and hands it over again), and counted.
+func (w *work) recoverPanic() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	p := w.p
+	w.event(metrics.EventPanic)
+	p.log.Error("panic while handling a message; recovered, the message is given back",
+		w.attrs(slog.Any("panic", r), slog.String("stack", string(debug.Stack())))...)
+	w.releasePrior()
+	if w.held != "" {
+		if w.sent {
+			// The app may have the request, and may have acted on it:
+			// the lease, left to expire, keeps the key from being sent
+			// again meanwhile.
+			w.held = ""
+		} else {
+			w.release(w.held)
+		}
+	}
+	if w.settled {
+		return
+	}
+	// Not a hot loop between replicas when it panics every time.
+	w.wait(p.backoff(p.o.MaxAttempts, 0))
+	w.requeue("panic")
 }
 
 // source is a source's options with its metric series resolved once:
@@ -184,6 +226,8 @@ func (p *Pipeline) handle(src *source, d broker.Delivery) {
 type source struct {
 	SourceOptions
 	m *boundMetrics
+	// prefix is "<consumer>:<key space>:", joined once.
+	prefix string
 }
 
 type boundMetrics struct {
@@ -221,7 +265,7 @@ type work struct {
 	d    broker.Delivery
 	m    *broker.Message
 	key  string // message key, "" when none
-	full string // "<consumer>:<key>"
+	full string // "<consumer>:<key space>:<key>"
 	last forward.Result
 	meta []forward.Header
 	// group, when set (a batch), takes the commit and ack of a success,
@@ -232,6 +276,16 @@ type work struct {
 	// a claim under the same token is idempotent, so the message does not
 	// find its own lease busy.
 	prior string
+	// held is the token of the claim this message holds now ("" when
+	// none) and sent whether a request went out under it: after a panic
+	// only a claim whose request never left may be released.
+	held string
+	sent bool
+	// notBefore: the last request may still be running at the app (it
+	// timed out or was aborted), so the key is not claimed again before
+	// then — by the lease it was left with, by no replica.
+	notBefore time.Time
+	settled   bool
 }
 
 func (w *work) run() {
@@ -269,7 +323,7 @@ func (w *work) run() {
 		return
 	}
 	w.key = key
-	w.full = p.o.Consumer + ":" + key
+	w.full = w.s.prefix + key
 	w.forwardLoop(true, "")
 }
 
@@ -290,6 +344,13 @@ func (w *work) forwardLoop(withStore bool, claimed string) {
 			w.requeue("stopped while the app was down")
 			return
 		}
+		if fresh && withStore && !w.notBefore.IsZero() {
+			if !w.wait(time.Until(w.notBefore)) {
+				w.requeue("stopped while the last request may still run at the app")
+				return
+			}
+			w.notBefore = time.Time{}
+		}
 		if fresh && withStore {
 			token = w.prior
 			w.prior = ""
@@ -297,6 +358,14 @@ func (w *work) forwardLoop(withStore bool, claimed string) {
 				token = p.newToken()
 			}
 			res, err := w.claim(token)
+			if errors.Is(err, seenset.ErrKeyUnusable) {
+				w.event(metrics.EventStoreKeyError)
+				w.fail("seen-set entry of the key is unusable; an operator must remove it (keys forget)", slog.String("err", err.Error()))
+				if w.deadLetterOrHold(broker.DeadLetterInfo{Reason: "seen-set key unusable", LastError: err.Error()}, p.o.MaxAttempts, true) {
+					return
+				}
+				continue
+			}
 			if err != nil {
 				if errors.Is(err, seenset.ErrUnavailable) && p.o.FailOpenOnStoreError {
 					w.event(metrics.EventStoreFailOpen)
@@ -306,6 +375,9 @@ func (w *work) forwardLoop(withStore bool, claimed string) {
 				}
 				w.requeue("interrupted while the seen-set was unavailable")
 				return
+			}
+			if res == seenset.Claimed {
+				w.held, w.sent = token, false
 			}
 			switch res {
 			case seenset.Duplicate:
@@ -323,11 +395,16 @@ func (w *work) forwardLoop(withStore bool, claimed string) {
 			}
 		}
 
+		if withStore {
+			// A claim taken ahead (batch) is held from here.
+			w.held = token
+		}
 		attempt++
 		w.last = w.forward(attempt, token, withStore)
 		switch w.last.Outcome {
 		case forward.Success:
 			if withStore && w.group != nil {
+				w.held = ""
 				w.group.add(w, token)
 				return
 			}
@@ -346,7 +423,11 @@ func (w *work) forwardLoop(withStore bool, claimed string) {
 			}
 		default: // Retryable
 			if withStore {
-				w.release(token)
+				if w.last.MayBeRunning {
+					w.keepClaim(token)
+				} else {
+					w.release(token)
+				}
 			}
 			if p.hard.Err() != nil {
 				w.requeue("shutdown timeout reached during the forward")
@@ -423,6 +504,7 @@ func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 	cancel()
 	switch {
 	case err == nil:
+		w.settled = true
 		w.result(metrics.DeadLettered)
 		p.log.Warn("dead-lettered", w.attrs(slog.String("reason", info.Reason), slog.Int("attempts", info.Attempts))...)
 	case !errors.Is(err, broker.ErrNoDeadLetter):
@@ -437,6 +519,7 @@ func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 // (ErrUnavailable) or the wait was interrupted.
 func (w *work) claim(token string) (seenset.ClaimResult, error) {
 	p := w.p
+	unusable := 0
 	for i := 1; ; i++ {
 		ctx, cancel := context.WithTimeout(p.hard, 5*time.Second)
 		start := time.Now()
@@ -451,11 +534,23 @@ func (w *work) claim(token string) (seenset.ClaimResult, error) {
 		if p.o.FailOpenOnStoreError && errors.Is(err, seenset.ErrUnavailable) {
 			return 0, err
 		}
+		// Not an outage: the entry under this key is unusable, and
+		// retrying for ever would pin a worker (and hold a partition).
+		// A few tries, in case it was being rewritten, then give up.
+		if errors.Is(err, seenset.ErrKeyUnusable) {
+			if unusable++; unusable >= keyUnusableTries {
+				return 0, err
+			}
+		}
 		if !w.wait(p.backoff(i, 0)) {
 			return 0, errors.New("interrupted")
 		}
 	}
 }
+
+// keyUnusableTries is how often a claim that finds the key's entry
+// unusable is tried before the message is dead-lettered or held.
+const keyUnusableTries = 3
 
 // forward sends one attempt, renewing the lease while it runs.
 func (w *work) forward(attempt int, token string, withStore bool) forward.Result {
@@ -469,17 +564,16 @@ func (w *work) forward(attempt int, token string, withStore bool) forward.Result
 		Meta:           w.metaHeaders(),
 		MessageHeaders: w.m.Headers,
 	}
-	var stopRenew func()
 	if withStore {
-		stopRenew = w.renewLease(token)
+		// Deferred: a panic in Do must not leave the renewal running,
+		// which would hold the key for ever.
+		defer w.renewLease(token)()
 	}
+	w.sent = true
 	// Neither Drain nor a lost channel cancels a forward in progress: the
 	// app may be acting on it, and finishing lets us commit, which turns
 	// the redelivery into a duplicate instead of a second effect.
 	res := p.o.Forwarder.Do(p.hard, req)
-	if stopRenew != nil {
-		stopRenew()
-	}
 	w.s.m.duration.Observe(res.Duration.Seconds())
 	w.s.m.classes[metrics.StatusClass(res.Status)].Inc()
 	return res
@@ -528,6 +622,7 @@ func (w *work) renewLease(token string) (stop func()) {
 // window in which a redelivery is forwarded again.
 func (w *work) commit(token string) {
 	p := w.p
+	w.held = ""
 	var err error
 	for i := 1; i <= p.o.CommitAttempts; i++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 5*time.Second)
@@ -560,8 +655,31 @@ func (w *work) releasePrior() {
 	}
 }
 
+// keepClaim is release's opposite for a request that may still be
+// running at the app (timeout, shutdown abort): the claim is renewed once
+// and left to expire, so that for a whole lease from now no replica — this
+// one included — sends the key again while the first request may still
+// be acting. A retry here waits for it (notBefore); a redelivery
+// elsewhere finds the key busy until then.
+func (w *work) keepClaim(token string) {
+	p := w.p
+	w.held = ""
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 2*time.Second)
+	start := time.Now()
+	err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
+	cancel()
+	p.observe("renew", start, err)
+	// Counted from now even when the renewal failed: the lease may still
+	// run (it was renewed at most lease/3 ago), and waiting too long is
+	// the safe side.
+	w.notBefore = time.Now().Add(p.o.Lease)
+	p.log.Info("no answer from the app; the key stays claimed until its lease expires so it is not sent again meanwhile",
+		w.attrs(slog.String("reason", w.last.Reason), slog.Duration("lease", p.o.Lease))...)
+}
+
 func (w *work) release(token string) {
 	p := w.p
+	w.held = ""
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 2*time.Second)
 	start := time.Now()
 	err := p.o.Store.Release(ctx, w.full, token)
@@ -577,6 +695,7 @@ func (w *work) ack(result string) {
 	// No deadline, and no timer per message: both sources settle without
 	// waiting on the network (RabbitMQ's acks are coalesced and written
 	// by the channel, Kafka's only mark the offset).
+	w.settled = true
 	if err := w.d.Ack(context.Background()); err != nil {
 		w.event(metrics.EventSettleFailed)
 		w.p.log.Warn("ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
@@ -587,6 +706,7 @@ func (w *work) ack(result string) {
 func (w *work) requeue(why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	w.settled = true
 	if err := w.d.Requeue(ctx); err != nil {
 		w.event(metrics.EventSettleFailed)
 		w.p.log.Warn("requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)

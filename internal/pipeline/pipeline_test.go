@@ -83,6 +83,10 @@ var (
 	badRequest  = forward.Result{Outcome: forward.Permanent, Status: 400, Reason: "status 400"}
 )
 
+// stored is the prefix of the test source's stored keys: consumer "c",
+// source "s", whose key space is its name.
+const stored = "c:s:"
+
 func newTestPipeline(store seenset.Store, f pipeline.Forwarder, maxAttempts int) *pipeline.Pipeline {
 	return pipeline.New(pipeline.Options{
 		Consumer: "c", Store: store, Forwarder: f, Lease: time.Second, TTL: time.Hour,
@@ -93,7 +97,7 @@ func newTestPipeline(store seenset.Store, f pipeline.Forwarder, maxAttempts int)
 
 func keyState(t *testing.T, st seenset.Store, key string) seenset.State {
 	t.Helper()
-	s, err := st.Status(context.Background(), "c:"+key)
+	s, err := st.Status(context.Background(), stored+key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,13 +204,13 @@ func TestDrainRequeuesWaitingMessage(t *testing.T) {
 func TestDuplicateAndBusy(t *testing.T) {
 	st := seenset.NewMemory()
 	ctx := context.Background()
-	if _, err := st.Claim(ctx, "c:dup", "other", time.Minute); err != nil {
+	if _, err := st.Claim(ctx, stored+"dup", "other", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Commit(ctx, "c:dup", "other", time.Hour); err != nil {
+	if err := st.Commit(ctx, stored+"dup", "other", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Claim(ctx, "c:busy", "other", time.Minute); err != nil {
+	if _, err := st.Claim(ctx, stored+"busy", "other", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	f := &script{res: []forward.Result{ok}}
