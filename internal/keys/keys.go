@@ -161,7 +161,7 @@ func (e *Extractor) Specs() []string { return e.specs }
 // Key returns the first usable key. When none is usable it returns "" and
 // why the last rule failed ("absent", "empty", "not a string or number",
 // "too long", "invalid utf-8", "unpaired surrogate escape", "control
-// characters", "body is not JSON"), for metrics and logs.
+// characters", "ambiguous header", "body is not JSON"), for metrics and logs.
 func (e *Extractor) Key(m *broker.Message) (key, why string) {
 	var doc *jsonDoc
 	why = "absent"
@@ -212,13 +212,28 @@ func usable(v string) string {
 	return ""
 }
 
+// header looks the name up case-insensitively. Several spellings of it
+// (bq-message-id and BQ-Message-Id) holding different values are
+// ambiguous: picking one, even by a fixed rule, guesses the message's
+// identity, and a wrong guess makes it a "duplicate" of the message that
+// really has that id, acked without reaching the app. With no key it is
+// still delivered (or dead-lettered) and counted, never lost; and the
+// answer no longer depends on map order. Equal values are one identity.
 func header(h map[string]string, name string) (string, string) {
-	for k, v := range h {
-		if strings.ToLower(k) == name {
-			return v, ""
+	v, found := "", false
+	for k, hv := range h {
+		if strings.ToLower(k) != name {
+			continue
 		}
+		if found && hv != v {
+			return "", "ambiguous header"
+		}
+		v, found = hv, true
 	}
-	return "", "absent"
+	if !found {
+		return "", "absent"
+	}
+	return v, ""
 }
 
 // jsonDoc looks values up in a JSON body without decoding it: json.Valid

@@ -3,6 +3,7 @@ package keys
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,6 +73,9 @@ func TestKey(t *testing.T) {
 		{"field name with lone surrogate", []string{"json:k\ufffd"}, broker.Message{Body: []byte(`{"k\ud800":"v"}`)}, "", "absent"},
 		{"field name with escaped U+FFFD", []string{"json:k\ufffd"}, broker.Message{Body: []byte(`{"k\ufffd":"v"}`)}, "v", ""},
 		{"field name with pair", []string{"json:k\U0001F600"}, broker.Message{Body: []byte(`{"k\ud83d\ude00":"v"}`)}, "v", ""},
+		{"header same value in two spellings", []string{"header:bq-message-id"}, broker.Message{Headers: map[string]string{"bq-message-id": "h1", "BQ-Message-Id": "h1"}}, "h1", ""},
+		{"header different values in two spellings", []string{"header:bq-message-id"}, broker.Message{Headers: map[string]string{"bq-message-id": "h1", "BQ-Message-Id": "h2"}}, "", "ambiguous header"},
+		{"ambiguous header falls through", []string{"header:bq-message-id", "property:message_id"}, broker.Message{Headers: map[string]string{"bq-message-id": "h1", "BQ-Message-Id": "h2"}, MessageID: "m-1"}, "m-1", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -105,6 +109,52 @@ func TestIDsThatDecodeAlikeStayDistinct(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Errorf("usable keys %v; want one for \\ufffd and one for the pair", got)
+	}
+}
+
+// Map iteration order is random, so an order-dependent pick shows up as
+// two different answers over many runs and many ways of building the map.
+func TestHeaderChoiceIsDeterministic(t *testing.T) {
+	cases := []struct {
+		name    string
+		headers [][2]string
+		key     string
+		why     string
+	}{
+		{"conflicting spellings", [][2]string{{"bq-message-id", "a"}, {"BQ-Message-Id", "b"}}, "", "ambiguous header"},
+		{"three spellings, one differs", [][2]string{{"bq-message-id", "a"}, {"BQ-MESSAGE-ID", "a"}, {"Bq-Message-Id", "c"}}, "", "ambiguous header"},
+		{"same value in every spelling", [][2]string{{"bq-message-id", "a"}, {"BQ-Message-Id", "a"}, {"BQ-MESSAGE-ID", "a"}}, "a", ""},
+		{"one spelling among others", [][2]string{{"x-a", "1"}, {"BQ-Message-Id", "a"}, {"x-b", "2"}}, "a", ""},
+		{"empty and non-empty spellings", [][2]string{{"bq-message-id", ""}, {"BQ-Message-Id", "a"}}, "", "ambiguous header"},
+	}
+	e, err := Parse([]string{"header:bq-message-id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			seen := map[[2]string]int{}
+			for i := range 500 {
+				// Insert in a rotating order, with filler so the
+				// map's layout differs too.
+				h := make(map[string]string)
+				for j := range i % 7 {
+					h[fmt.Sprintf("filler-%d", j)] = "f"
+				}
+				for j := range c.headers {
+					kv := c.headers[(i+j)%len(c.headers)]
+					h[kv[0]] = kv[1]
+				}
+				key, why := e.Key(&broker.Message{Headers: h})
+				seen[[2]string{key, why}]++
+			}
+			if len(seen) != 1 {
+				t.Fatalf("order-dependent: (key, why) counts over 500 runs %v", seen)
+			}
+			if seen[[2]string{c.key, c.why}] != 500 {
+				t.Fatalf("Key = %v; want %q, %q", seen, c.key, c.why)
+			}
+		})
 	}
 }
 
