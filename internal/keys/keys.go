@@ -160,7 +160,8 @@ func (e *Extractor) Specs() []string { return e.specs }
 
 // Key returns the first usable key. When none is usable it returns "" and
 // why the last rule failed ("absent", "empty", "not a string or number",
-// "too long", "invalid utf-8", "body is not JSON"), for metrics and logs.
+// "too long", "invalid utf-8", "unpaired surrogate escape", "control
+// characters", "ambiguous header", "body is not JSON"), for metrics and logs.
 func (e *Extractor) Key(m *broker.Message) (key, why string) {
 	var doc *jsonDoc
 	why = "absent"
@@ -211,13 +212,28 @@ func usable(v string) string {
 	return ""
 }
 
+// header looks the name up case-insensitively. Several spellings of it
+// (bq-message-id and BQ-Message-Id) holding different values are
+// ambiguous: picking one, even by a fixed rule, guesses the message's
+// identity, and a wrong guess makes it a "duplicate" of the message that
+// really has that id, acked without reaching the app. With no key it is
+// still delivered (or dead-lettered) and counted, never lost; and the
+// answer no longer depends on map order. Equal values are one identity.
 func header(h map[string]string, name string) (string, string) {
-	for k, v := range h {
-		if strings.ToLower(k) == name {
-			return v, ""
+	v, found := "", false
+	for k, hv := range h {
+		if strings.ToLower(k) != name {
+			continue
 		}
+		if found && hv != v {
+			return "", "ambiguous header"
+		}
+		v, found = hv, true
 	}
-	return "", "absent"
+	if !found {
+		return "", "absent"
+	}
+	return v, ""
 }
 
 // jsonDoc looks values up in a JSON body without decoding it: json.Valid
@@ -276,8 +292,10 @@ func lookup(b []byte, path []string) ([]byte, bool) {
 			keyEnd, esc := stringEnd(b, i)
 			match := false
 			if esc {
+				// A name with a lone surrogate decodes to U+FFFD
+				// but is not the name U+FFFD: it matches nothing.
 				var k string
-				match = json.Unmarshal(b[i:keyEnd], &k) == nil && k == seg
+				match = !unpairedSurrogate(b[i:keyEnd]) && json.Unmarshal(b[i:keyEnd], &k) == nil && k == seg
 			} else {
 				match = string(b[i+1:keyEnd-1]) == seg
 			}
@@ -374,13 +392,15 @@ func scalarValue(raw json.RawMessage) (string, string) {
 		if bytes.IndexByte(raw, '\\') < 0 {
 			return string(raw[1 : len(raw)-1]), ""
 		}
+		// encoding/json decodes a lone surrogate escape to U+FFFD, so
+		// "\ud800", "\udbff" and "\ufffd" would be one key. Every other
+		// escape decodes to exactly what it spells, and raw bytes were
+		// checked above.
+		if unpairedSurrogate(raw) {
+			return "", "unpaired surrogate escape"
+		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", "invalid utf-8"
-		}
-		// encoding/json replaces invalid UTF-8 with U+FFFD; two different
-		// corrupt ids would then collide on one key, so refuse them.
-		if !utf8.Valid(raw) {
 			return "", "invalid utf-8"
 		}
 		return s, ""
@@ -392,6 +412,59 @@ func scalarValue(raw json.RawMessage) (string, string) {
 		return "", "absent"
 	}
 	return "", "not a string or number"
+}
+
+// unpairedSurrogate reports whether the JSON string literal s has a
+// \uXXXX escape of a surrogate that is not a high one followed at once by
+// an escaped low one: the only escape that cannot be decoded to the code
+// point it spells, since UTF-8 has no encoding for a lone surrogate.
+func unpairedSurrogate(s []byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(s) || s[i] != 'u' {
+			continue // a one-letter escape, skipped with its letter
+		}
+		r := hex4(s, i+1)
+		i += 4
+		switch {
+		case 0xd800 <= r && r < 0xdc00:
+			if i+2 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
+				if lo := hex4(s, i+3); 0xdc00 <= lo && lo < 0xe000 {
+					i += 6
+					continue
+				}
+			}
+			return true
+		case 0xdc00 <= r && r < 0xe000:
+			return true
+		}
+	}
+	return false
+}
+
+// hex4 returns the value of the four hex digits at s[i:], or -1.
+func hex4(s []byte, i int) rune {
+	if i+4 > len(s) {
+		return -1
+	}
+	var r rune
+	for _, c := range s[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 func (d *jsonDoc) render(parts []part) (string, string) {
