@@ -3,6 +3,7 @@ package seenset_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +202,35 @@ func TestRedisDurabilityCluster(t *testing.T) {
 	if len(ws) != 2 || !strings.HasPrefix(ws[0], "redis "+b.Addr()+" maxmemory-policy is allkeys-lfu") ||
 		!strings.HasPrefix(ws[1], "redis "+b.Addr()+" has neither AOF nor RDB") {
 		t.Fatalf("warnings %q", ws)
+	}
+}
+
+// A full noeviction Redis refuses new keys rather than dropping old ones:
+// Claim fails as ErrUnavailable, so the pipeline holds the message
+// (fails closed) instead of forgetting what it has done.
+func TestRedisFullNoevictionRefusesClaims(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartRedisWith(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+	s, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		if i == 100000 {
+			t.Fatal("100000 claims in 2mb without a refusal")
+		}
+		_, err := s.Claim(ctx, "k"+strings.Repeat("x", 100)+strconv.Itoa(i), "tok", time.Hour)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, seenset.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") {
+			t.Fatalf("claim %d: %v, want ErrUnavailable with OOM", i, err)
+		}
+		break
+	}
+	if st, err := s.Status(ctx, "k"+strings.Repeat("x", 100)+"0"); err != nil || st.State != seenset.Inflight {
+		t.Fatalf("first key after the refusal: %+v, %v (evicted?)", st, err)
 	}
 }
