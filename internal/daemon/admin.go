@@ -40,7 +40,8 @@ func (d *Daemon) adminMux() *http.ServeMux {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	// One line per check, "name: ok" or "name: <why>"; 503 unless all pass.
+	// One line per check, "name: ok", "name: <why>" or "name: warning:
+	// <what>"; 503 unless all pass (a warning passes).
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -51,6 +52,10 @@ func (d *Daemon) adminMux() *http.ServeMux {
 				status = http.StatusServiceUnavailable
 				// "seenset: seenset: store unavailable" says it twice.
 				fmt.Fprintf(&b, "%s: %s\n", c.name, strings.TrimPrefix(c.err.Error(), c.name+": "))
+				continue
+			}
+			if c.warn != "" {
+				fmt.Fprintf(&b, "%s: warning: %s\n", c.name, c.warn)
 				continue
 			}
 			fmt.Fprintf(&b, "%s: ok\n", c.name)

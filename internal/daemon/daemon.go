@@ -53,8 +53,9 @@ type Daemon struct {
 	sources  []source
 	admin    *http.Server
 	adminLn  net.Listener
-	health   *appHealth   // nil without app.health_url
-	keysAPI  http.Handler // nil unless an admin token is configured
+	health   *appHealth       // nil without app.health_url
+	keysAPI  http.Handler     // nil unless an admin token is configured
+	durable  *durabilityCheck // nil unless the store can report it
 	// failed holds the error of a source that stopped by itself; /healthz
 	// reports it while the process shuts down to be restarted.
 	failed atomic.Pointer[error]
@@ -92,6 +93,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		}
 		d.store, d.ownStore = st, true
 	}
+	d.durable = newDurabilityCheck(d.store, d.log, d.metrics)
 	fwd, err := forward.New(forward.Config{
 		URL:              cfg.App.URL,
 		Socket:           cfg.App.Socket,
@@ -294,20 +296,26 @@ func (d *Daemon) Ready(ctx context.Context) error {
 type check struct {
 	name string
 	err  error
+	warn string // shown on /readyz; never makes the proxy unready
 }
 
 // checks are /readyz's lines, in a fixed order.
 func (d *Daemon) checks(ctx context.Context) []check {
 	var cs []check
 	for _, s := range d.sources {
-		cs = append(cs, check{"source " + s.src.Name(), s.src.Ready()})
+		cs = append(cs, check{name: "source " + s.src.Name(), err: s.src.Ready()})
 	}
 	start := time.Now()
 	err := d.store.Ping(ctx)
 	d.observeStore("ping", start, err)
-	cs = append(cs, check{"seenset", err})
+	cs = append(cs, check{name: "seenset", err: err})
+	if d.durable != nil {
+		if w := d.durable.warning(ctx, err == nil); w != "" {
+			cs = append(cs, check{name: "seenset durability", warn: w})
+		}
+	}
 	if d.health != nil {
-		cs = append(cs, check{"app", d.health.Err()})
+		cs = append(cs, check{name: "app", err: d.health.Err()})
 	}
 	return cs
 }
@@ -330,6 +338,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("dedupe-proxy starting", "version", Version, "consumer", d.cfg.Consumer, "sources", len(d.sources),
 		"seenset", d.cfg.SeenSet.Backend, "app", d.cfg.App.URL)
+	d.durable.start()
 
 	healthDone := make(chan struct{})
 	hctx, stopHealth := context.WithCancel(context.Background())
@@ -421,6 +430,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 }
 
 func (d *Daemon) closeStore() error {
+	d.durable.stop()
 	if d.ownStore && d.store != nil {
 		return d.store.Close()
 	}

@@ -62,6 +62,10 @@ type Metrics struct {
 	KafkaCommits    *prometheus.CounterVec
 	KafkaCommitFail *prometheus.CounterVec
 	PartitionHeld   *prometheus.GaugeVec
+	// SeenSetEvicting and SeenSetPersistent are -1 until the store's
+	// servers have been asked, and while they refuse to say.
+	SeenSetEvicting   prometheus.Gauge
+	SeenSetPersistent prometheus.Gauge
 
 	connected *refreshed
 }
@@ -128,7 +132,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dedupe_proxy_kafka_partitions_held",
 			Help: "Partitions not advancing because a message keeps failing and no dead-letter topic is set.",
 		}, []string{"source"}),
+		SeenSetEvicting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_seenset_evicting",
+			Help: "1 when a Redis server of the seen-set has maxmemory set and a maxmemory-policy other than noeviction, so it may evict keys; 0 when none can; -1 unknown.",
+		}),
+		SeenSetPersistent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_seenset_persistent",
+			Help: "1 when every Redis server of the seen-set has AOF or RDB snapshots; 0 when one has neither; -1 unknown.",
+		}),
 	}
+	m.SeenSetEvicting.Set(-1)
+	m.SeenSetPersistent.Set(-1)
 	for _, op := range storeOps {
 		m.StoreDuration.WithLabelValues(op)
 		m.StoreErrors.WithLabelValues(op)
@@ -136,7 +150,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.connected = &refreshed{GaugeVec: m.Connected}
 	if reg != nil {
 		reg.MustRegister(m.Messages, m.Events, m.ForwardDuration, m.AppResponses, m.StoreDuration, m.StoreErrors,
-			m.InFlight, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld)
+			m.InFlight, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld,
+			m.SeenSetEvicting, m.SeenSetPersistent)
 	}
 	m.AppUp.Set(1)
 	return m

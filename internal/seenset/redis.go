@@ -49,6 +49,7 @@ type Redis struct {
 	prefix string
 	owned  bool
 	batch  *batcher
+	master string // Sentinel master set name, to name it in Durability
 }
 
 var _ BatchStore = (*Redis)(nil)
@@ -83,7 +84,7 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		// ReadTimeout; the pipeline bounds each store call by its context.
 		ContextTimeoutEnabled: true,
 	})
-	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: newBatcher(c, batchTimeout(o))}, nil
+	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: newBatcher(c, batchTimeout(o)), master: o.MasterName}, nil
 }
 
 // NewRedisWithClient wraps a client the caller already has (shared pool,

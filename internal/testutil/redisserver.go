@@ -24,6 +24,9 @@ type RedisServer struct {
 	// persist keeps data across Kill/Restart (AOF, fsync always), as a
 	// production Redis with persistence or a replica would.
 	persist bool
+	// extra are further redis-server arguments, after the defaults so
+	// they override them.
+	extra []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -50,7 +53,16 @@ func StartRedisPersistent(t testing.TB) *RedisServer {
 	return startRedis(t, true)
 }
 
-func startRedis(t testing.TB, persist bool) *RedisServer {
+// StartRedisWith is StartRedis with further redis-server arguments, which
+// override the defaults (e.g. "--maxmemory-policy", "volatile-lru" or
+// "--appendonly", "yes"), for tests of how the proxy reads a server's
+// configuration.
+func StartRedisWith(t testing.TB, args ...string) *RedisServer {
+	t.Helper()
+	return startRedis(t, false, args...)
+}
+
+func startRedis(t testing.TB, persist bool, extra ...string) *RedisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -61,7 +73,7 @@ func startRedis(t testing.TB, persist bool) *RedisServer {
 	// try a few.
 	var errs []string
 	for range 3 {
-		s := &RedisServer{t: t, bin: bin, dir: dir, port: FreePort(t), persist: persist}
+		s := &RedisServer{t: t, bin: bin, dir: dir, port: FreePort(t), persist: persist, extra: extra}
 		if err := s.start(); err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -125,7 +137,7 @@ func (s *RedisServer) start() error {
 	if s.persist {
 		aof = "yes"
 	}
-	cmd := exec.Command(s.bin,
+	args := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -134,7 +146,8 @@ func (s *RedisServer) start() error {
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--logfile", "",
-	)
+	}
+	cmd := exec.Command(s.bin, append(args, s.extra...)...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr()

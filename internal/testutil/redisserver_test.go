@@ -1,8 +1,11 @@
 package testutil
 
 import (
+	"bufio"
+	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -38,4 +41,36 @@ func TestFreePort(t *testing.T) {
 		t.Fatalf("FreePort gave %d, which cannot be bound: %v", p, err)
 	}
 	l.Close()
+}
+
+// Extra arguments override the defaults.
+func TestStartRedisWith(t *testing.T) {
+	s := StartRedisWith(t, "--maxmemory-policy", "volatile-lru", "--appendonly", "yes")
+	for param, want := range map[string]string{"maxmemory-policy": "volatile-lru", "appendonly": "yes"} {
+		if got := configGet(t, s.Addr(), param); got != want {
+			t.Errorf("%s = %q, want %q", param, got, want)
+		}
+	}
+}
+
+// configGet speaks RESP, like ping, so testutil still needs no client.
+func configGet(t *testing.T, addr, param string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(param), param)
+	r := bufio.NewReader(c)
+	// *2 $len name $len value
+	var lines []string
+	for range 5 {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, strings.TrimSpace(l))
+	}
+	return lines[4]
 }
