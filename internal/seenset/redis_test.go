@@ -134,25 +134,6 @@ func TestRedisLayout(t *testing.T) {
 	}
 }
 
-// A value the store did not write is reported, not overwritten or misread.
-func TestRedisForeignValue(t *testing.T) {
-	t.Parallel()
-	s, c, prefix := newSharedStore(t)
-	ctx := context.Background()
-	if err := c.Set(ctx, prefix+"k", "something-else", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Claim(ctx, "k", "A", time.Minute); !errors.Is(err, seenset.ErrUnavailable) {
-		t.Fatalf("Claim over foreign value: %v, want ErrUnavailable", err)
-	}
-	if _, err := s.Status(ctx, "k"); !errors.Is(err, seenset.ErrUnavailable) {
-		t.Fatalf("Status of foreign value: %v, want ErrUnavailable", err)
-	}
-	if v := c.Get(ctx, prefix+"k").Val(); v != "something-else" {
-		t.Fatalf("foreign value overwritten: %q", v)
-	}
-}
-
 func TestRedisOwnership(t *testing.T) {
 	t.Parallel()
 	c := sharedRedis(t)
