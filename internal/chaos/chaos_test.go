@@ -215,7 +215,7 @@ delivery:
 			time.Sleep(300 * time.Millisecond)
 			n := 0
 			for _, k := range dedupe(app.effectedSince(killedAt.Add(-10 * time.Second))) {
-				v, err := rdb.Get(context.Background(), "chaos:chaos:"+k).Result()
+				v, err := rdb.Get(context.Background(), "chaos:chaos:payments:"+k).Result()
 				if err == nil && !strings.HasPrefix(v, "done:") || err == redis.Nil {
 					n++
 				}
