@@ -272,6 +272,10 @@ type delivery struct {
 	src  *Source
 	pub  *publisher
 	lost chan struct{}
+	// settled is claimed by the first settle, before anything reaches the
+	// channel: a tag acked or nacked twice is unknown to RabbitMQ, which
+	// closes the channel (406) and with it every delivery in flight.
+	settled atomic.Bool
 }
 
 func (d *delivery) Message() *broker.Message { return &d.msg }
@@ -279,20 +283,36 @@ func (d *delivery) Lost() <-chan struct{}    { return d.lost }
 
 // Ack goes through the delivery's own channel: a tag acked on another
 // channel is unknown there, and RabbitMQ closes that channel (406).
-func (d *delivery) Ack(context.Context) error { return d.acks.ack(d.d.DeliveryTag) }
+func (d *delivery) Ack(context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	return d.acks.ack(d.d.DeliveryTag)
+}
 
-func (d *delivery) Requeue(context.Context) error { return d.acks.nack(d.d.DeliveryTag, true) }
+func (d *delivery) Requeue(context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	return d.acks.nack(d.d.DeliveryTag, true)
+}
 
 func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
 	switch d.src.o.DeadLetterMode {
 	case DeadLetterDLX:
 		return d.acks.nack(d.d.DeliveryTag, false)
 	case DeadLetterPublish:
 		if err := d.pub.publish(ctx, d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, d.deadLetterMessage(info)); err != nil {
+			// Nothing reached the consumer channel: the caller requeues.
+			d.settled.Store(false)
 			return fmt.Errorf("publish dead letter to exchange %q routing key %q: %w", d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, err)
 		}
 		return d.acks.ack(d.d.DeliveryTag)
 	}
+	d.settled.Store(false)
 	return broker.ErrNoDeadLetter
 }
 
