@@ -54,6 +54,11 @@ type DeadLetterInfo struct {
 // dead-letter destination and then settles it; if that fails the error is
 // returned and the message is requeued instead, never dropped.
 //
+// A delivery settles once: a second Ack, Requeue or DeadLetter (or one
+// racing the first) returns ErrAlreadySettled and never reaches the
+// broker. A DeadLetter that failed settled nothing, so the Requeue after
+// it is the first settle.
+//
 // Settling can fail when the broker connection was lost meanwhile; the
 // broker then redelivers the message by itself, which is safe because the
 // seen-set recognises the key.
@@ -112,6 +117,11 @@ type Source interface {
 
 // ErrNotConnected is returned by Ready while a Source is (re)connecting.
 var ErrNotConnected = errors.New("broker: not connected")
+
+// ErrAlreadySettled is returned by Ack, Requeue and DeadLetter on a
+// delivery that was already settled; the broker was not asked again (a
+// RabbitMQ tag acked twice closes the channel with everything in flight).
+var ErrAlreadySettled = errors.New("broker: delivery already settled")
 
 // ErrNoDeadLetter is returned by DeadLetter when the source has no
 // dead-letter destination configured; nothing was settled, and the caller

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,10 +18,10 @@ const (
 	stateAcked
 	stateRequeued
 	stateDeadLettered
+	// stateDeadLettering: a DeadLetter is producing; it goes back to
+	// pending if that fails, so the caller can still settle it.
+	stateDeadLettering
 )
-
-// ErrSettled is returned when a delivery is settled a second time.
-var ErrSettled = errors.New("kafka: delivery already settled")
 
 type delivery struct {
 	p     *partition
@@ -80,7 +79,7 @@ func (d *delivery) Lost() <-chan struct{} { return d.lost }
 // Ack finishes the message: the partition may commit past it.
 func (d *delivery) Ack(context.Context) error {
 	if !d.state.CompareAndSwap(statePending, stateAcked) {
-		return ErrSettled
+		return broker.ErrAlreadySettled
 	}
 	d.p.finish(d.m.Offset)
 	return nil
@@ -90,7 +89,7 @@ func (d *delivery) Ack(context.Context) error {
 // is committed, and it is delivered again after a rebalance or restart.
 func (d *delivery) Requeue(context.Context) error {
 	if !d.state.CompareAndSwap(statePending, stateRequeued) {
-		return ErrSettled
+		return broker.ErrAlreadySettled
 	}
 	return nil
 }
@@ -99,11 +98,14 @@ func (d *delivery) Requeue(context.Context) error {
 // every in-sync replica, and then finishes it. Without a topic it returns
 // broker.ErrNoDeadLetter and the partition is held.
 func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
-	if d.state.Load() != statePending {
-		return ErrSettled
+	// Claimed before the write: two racing DeadLetters would otherwise
+	// both produce.
+	if !d.state.CompareAndSwap(statePending, stateDeadLettering) {
+		return broker.ErrAlreadySettled
 	}
 	s := d.p.s
 	if s.writer == nil {
+		d.state.Store(statePending)
 		if d.held.CompareAndSwap(false, true) {
 			d.p.hold(d.m.Offset, info.Reason, nil)
 		}
@@ -112,15 +114,14 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 	ctx, cancel := context.WithTimeout(ctx, s.o.DeadLetterTimeout)
 	defer cancel()
 	if err := s.writer.WriteMessages(ctx, d.deadLetterMessage(info)); err != nil {
+		d.state.Store(statePending)
 		err = fmt.Errorf("produce dead letter to topic %q: %w", s.o.DeadLetterTopic, err)
 		if d.held.CompareAndSwap(false, true) {
 			d.p.hold(d.m.Offset, info.Reason, err)
 		}
 		return err
 	}
-	if !d.state.CompareAndSwap(statePending, stateDeadLettered) {
-		return ErrSettled
-	}
+	d.state.Store(stateDeadLettered)
 	d.p.finish(d.m.Offset)
 	return nil
 }

@@ -55,8 +55,10 @@ type Source struct {
 	o         Options
 	log       *slog.Logger
 	connected atomic.Bool
-	mu        sync.Mutex
-	conn      *amqp.Connection
+	// pub is the session's dead-letter publisher (publish mode), for Ready.
+	pub  atomic.Pointer[publisher]
+	mu   sync.Mutex
+	conn *amqp.Connection
 }
 
 var _ broker.Source = (*Source)(nil)
@@ -92,10 +94,17 @@ func (s *Source) Name() string { return s.o.Name }
 // queue, possibly to another replica.
 func (s *Source) Requeues() bool { return true }
 
-// Ready implements broker.Source.
+// Ready implements broker.Source: nil while consuming and, in publish
+// mode, while dead letters can go out — a consumer whose dead letters all
+// fail keeps requeueing its failing messages.
 func (s *Source) Ready() error {
 	if !s.connected.Load() {
 		return broker.ErrNotConnected
+	}
+	if pub := s.pub.Load(); pub != nil {
+		if err := pub.failure(); err != nil {
+			return fmt.Errorf("dead letters cannot be published: %w", err)
+		}
 	}
 	return nil
 }
@@ -181,9 +190,17 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	}
 	var pub *publisher
 	if s.o.DeadLetterMode == DeadLetterPublish {
-		if pub, err = newPublisher(conn); err != nil {
+		if pub, err = newPublisher(conn, s.log, s.o.ReconnectInitial, s.o.ReconnectMax); err != nil {
 			return false, fmt.Errorf("open dead-letter channel: %w", err)
 		}
+		stop, watched := make(chan struct{}), make(chan struct{})
+		go func() { defer close(watched); pub.watch(stop) }()
+		s.pub.Store(pub)
+		defer func() {
+			s.pub.Store(nil)
+			close(stop)
+			<-watched
+		}()
 	}
 	deliveries, err := ch.Consume(s.o.Queue, s.o.ConsumerTag, false, false, false, false, nil)
 	if err != nil {
@@ -272,6 +289,10 @@ type delivery struct {
 	src  *Source
 	pub  *publisher
 	lost chan struct{}
+	// settled is claimed by the first settle, before anything reaches the
+	// channel: a tag acked or nacked twice is unknown to RabbitMQ, which
+	// closes the channel (406) and with it every delivery in flight.
+	settled atomic.Bool
 }
 
 func (d *delivery) Message() *broker.Message { return &d.msg }
@@ -279,20 +300,36 @@ func (d *delivery) Lost() <-chan struct{}    { return d.lost }
 
 // Ack goes through the delivery's own channel: a tag acked on another
 // channel is unknown there, and RabbitMQ closes that channel (406).
-func (d *delivery) Ack(context.Context) error { return d.acks.ack(d.d.DeliveryTag) }
+func (d *delivery) Ack(context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	return d.acks.ack(d.d.DeliveryTag)
+}
 
-func (d *delivery) Requeue(context.Context) error { return d.acks.nack(d.d.DeliveryTag, true) }
+func (d *delivery) Requeue(context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	return d.acks.nack(d.d.DeliveryTag, true)
+}
 
 func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
 	switch d.src.o.DeadLetterMode {
 	case DeadLetterDLX:
 		return d.acks.nack(d.d.DeliveryTag, false)
 	case DeadLetterPublish:
 		if err := d.pub.publish(ctx, d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, d.deadLetterMessage(info)); err != nil {
+			// Nothing reached the consumer channel: the caller requeues.
+			d.settled.Store(false)
 			return fmt.Errorf("publish dead letter to exchange %q routing key %q: %w", d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, err)
 		}
 		return d.acks.ack(d.d.DeliveryTag)
 	}
+	d.settled.Store(false)
 	return broker.ErrNoDeadLetter
 }
 
@@ -326,33 +363,162 @@ func (d *delivery) deadLetterMessage(info broker.DeadLetterInfo) amqp.Publishing
 // publisher publishes dead letters with confirms and mandatory routing: a
 // dead letter the broker confirms but could not route would be a silent
 // loss, so a basic.return turns into an error and the message is requeued.
+//
+// A channel error (a missing exchange: 404 NOT_FOUND) closes only the
+// publishing channel; the connection and the consumer live on, so nothing
+// else would notice and every later dead letter would fail until the
+// connection dropped. watch reopens the channel with backoff; a dead
+// letter in the gap fails at once and is requeued by the caller. failure
+// says why dead letters cannot go out, for Ready.
 type publisher struct {
-	ch      *amqp.Channel
-	returns chan amqp.Return
-	mu      sync.Mutex
-	bounced map[string]bool
+	conn     *amqp.Connection
+	log      *slog.Logger
+	initial  time.Duration
+	maxDelay time.Duration
+
+	mu sync.Mutex
+	// cur is the open channel; nil while it is being reopened, and then
+	// down says why.
+	cur  *pubChannel
+	down error
+	// lastErr is the channel error the last dead letter failed with; it
+	// stays until one goes through, since reopening does not prove the
+	// cause (the exchange) was fixed.
+	lastErr error
+
+	bouncedMu sync.Mutex
+	bounced   map[string]bool
 }
 
-func newPublisher(conn *amqp.Connection) (*publisher, error) {
-	ch, err := conn.Channel()
+// pubChannel is one incarnation of the publishing channel.
+type pubChannel struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	closes  chan *amqp.Error
+	// done is closed once the channel has closed and why is set: amqp091
+	// fails the pending confirms of a closed channel as plain nacks, and
+	// why is the broker's reason.
+	done chan struct{}
+	why  error
+}
+
+func newPublisher(conn *amqp.Connection, log *slog.Logger, initial, maxDelay time.Duration) (*publisher, error) {
+	p := &publisher{conn: conn, log: log, initial: initial, maxDelay: maxDelay, bounced: map[string]bool{}}
+	pc, err := p.open()
+	if err != nil {
+		return nil, err
+	}
+	p.cur = pc
+	return p, nil
+}
+
+func (p *publisher) open() (*pubChannel, error) {
+	ch, err := p.conn.Channel()
 	if err != nil {
 		return nil, err
 	}
 	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
 		return nil, err
 	}
-	return &publisher{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 64)), bounced: map[string]bool{}}, nil
+	return &pubChannel{
+		ch:      ch,
+		returns: ch.NotifyReturn(make(chan amqp.Return, 64)),
+		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// watch reopens the channel whenever the broker closes it while the
+// connection lives, until stop is closed or the connection goes (the
+// session reconnects then, with a new publisher).
+func (p *publisher) watch(stop <-chan struct{}) {
+	for {
+		p.mu.Lock()
+		pc := p.cur
+		p.mu.Unlock()
+		var e *amqp.Error
+		select {
+		case e = <-pc.closes:
+		case <-stop:
+		}
+		if e == nil {
+			pc.why = amqp.ErrClosed
+		} else {
+			pc.why = fmt.Errorf("dead-letter channel closed by the broker: %w", e)
+		}
+		close(pc.done)
+		if e == nil || p.conn.IsClosed() {
+			return
+		}
+		p.log.Error("rabbitmq dead-letter channel closed by the broker; dead letters are requeued until it reopens",
+			"code", e.Code, "reason", e.Reason)
+		p.mu.Lock()
+		p.cur, p.down = nil, pc.why
+		p.mu.Unlock()
+		if !p.reopen(stop) {
+			return
+		}
+	}
+}
+
+// reopen retries with backoff until a channel is open (true) or stop is
+// closed or the connection is gone (false).
+func (p *publisher) reopen(stop <-chan struct{}) bool {
+	delay := p.initial
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(delay):
+		}
+		if p.conn.IsClosed() {
+			return false
+		}
+		pc, err := p.open()
+		if err == nil {
+			p.mu.Lock()
+			p.cur, p.down = pc, nil
+			p.mu.Unlock()
+			p.log.Info("rabbitmq dead-letter channel reopened")
+			return true
+		}
+		p.log.Error("rabbitmq cannot reopen the dead-letter channel, retrying", "err", err, "retry_in", delay.String())
+		p.mu.Lock()
+		p.down = fmt.Errorf("cannot reopen the dead-letter channel: %w", err)
+		p.mu.Unlock()
+		delay = min(delay*2, p.maxDelay)
+	}
+}
+
+// failure is why dead letters cannot go out now, or nil.
+func (p *publisher) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down != nil {
+		return p.down
+	}
+	return p.lastErr
 }
 
 const publishIDHeader = "x-dedupe-publish-id"
 
 func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	p.mu.Lock()
+	pc, down := p.cur, p.down
+	p.mu.Unlock()
+	if pc == nil {
+		return down
+	}
 	id := randHex(8)
 	msg.Headers[publishIDHeader] = id
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
+		if pc.ch.IsClosed() {
+			return p.closedUnder(ctx, pc)
+		}
 		return err
 	}
 	ok, err := dc.WaitContext(ctx)
@@ -360,17 +526,26 @@ func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.
 		return err
 	}
 	if !ok {
+		if pc.ch.IsClosed() {
+			return p.closedUnder(ctx, pc)
+		}
 		return errors.New("broker nacked the publish")
 	}
-	// The server sends basic.return before the ack of a mandatory message,
-	// and amqp091-go queues it on p.returns before it processes the ack, so
-	// draining now sees any return for id.
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lastErr = nil
+	p.mu.Unlock()
+	// The server sends basic.return before the ack of a mandatory message,
+	// and amqp091-go queues it on returns before it processes the ack, so
+	// draining now sees any return for id.
+	p.bouncedMu.Lock()
+	defer p.bouncedMu.Unlock()
 drain:
 	for {
 		select {
-		case r := <-p.returns:
+		case r, open := <-pc.returns:
+			if !open {
+				break drain
+			}
 			if rid, _ := r.Headers[publishIDHeader].(string); rid != "" {
 				p.bounced[rid] = true
 			}
@@ -383,6 +558,21 @@ drain:
 		return errors.New("unroutable: no queue is bound for it")
 	}
 	return nil
+}
+
+// closedUnder waits for watch to learn why pc closed under a publish and
+// returns that reason, remembered for Ready until a dead letter goes
+// through.
+func (p *publisher) closedUnder(ctx context.Context, pc *pubChannel) error {
+	select {
+	case <-pc.done:
+	case <-ctx.Done():
+		return fmt.Errorf("dead-letter channel closed: %w", ctx.Err())
+	}
+	p.mu.Lock()
+	p.lastErr = pc.why
+	p.mu.Unlock()
+	return pc.why
 }
 
 func stringHeaders(t amqp.Table) map[string]string {
