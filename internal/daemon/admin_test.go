@@ -122,7 +122,7 @@ func TestAdminNeverRedirects(t *testing.T) {
 				if code >= 300 && code < 400 {
 					t.Errorf("%s %s = %d: a redirect", m, path, code)
 				}
-				if strings.HasPrefix(path, "/v1") && code != http.StatusNotFound {
+				if code != http.StatusNotFound {
 					t.Errorf("%s %s without a configured token = %d, want 404", m, path, code)
 				}
 			}
@@ -135,10 +135,21 @@ func TestAdminNeverRedirects(t *testing.T) {
 func TestAdminServerTimeouts(t *testing.T) {
 	p := newHarness(t, withAdmin).start()
 	s := p.d.admin
-	if s.ReadHeaderTimeout <= 0 || s.ReadTimeout <= 0 || s.WriteTimeout <= 0 || s.IdleTimeout <= 0 ||
-		s.MaxHeaderBytes <= 0 || s.MaxHeaderBytes >= http.DefaultMaxHeaderBytes {
-		t.Errorf("admin server limits: read header %s, read %s, write %s, idle %s, header bytes %d: want all set",
+	// The values the README gives.
+	if s.ReadHeaderTimeout != 5*time.Second || s.ReadTimeout != 10*time.Second || s.WriteTimeout != 15*time.Second ||
+		s.IdleTimeout != time.Minute || s.MaxHeaderBytes != 64<<10 {
+		t.Errorf("admin server limits: read header %s, read %s, write %s, idle %s, header bytes %d",
 			s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout, s.MaxHeaderBytes)
+	}
+	req, _ := http.NewRequest("GET", "http://"+p.d.AdminAddr()+"/healthz", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.Repeat("x", 70<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("70 KiB of headers = %d, want 431", resp.StatusCode)
 	}
 }
 
@@ -249,16 +260,18 @@ func TestAdminLimitsCutSlowClients(t *testing.T) {
 		}
 	})
 	t.Run("pprof outlives the write timeout", func(t *testing.T) {
-		addr := serve(t, adminLimits{readHeader: long, read: long, write: short, idle: long, maxHeaderBytes: 1 << 10}, pprof.Profile)
-		start := time.Now()
-		resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK || len(body) == 0 || time.Since(start) < time.Second {
-			t.Fatalf("1 s profile, %s write timeout: %d, %d bytes, %v after %s", short, resp.StatusCode, len(body), err, time.Since(start))
+		for name, h := range map[string]http.HandlerFunc{"profile": pprof.Profile, "trace": pprof.Trace} {
+			addr := serve(t, adminLimits{readHeader: long, read: long, write: short, idle: long, maxHeaderBytes: 1 << 10}, h)
+			start := time.Now()
+			resp, err := http.Get("http://" + addr + "/debug/pprof/" + name + "?seconds=1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || len(body) == 0 || time.Since(start) < time.Second {
+				t.Errorf("1 s %s, %s write timeout: %d, %d bytes, %v after %s", name, short, resp.StatusCode, len(body), err, time.Since(start))
+			}
 		}
 	})
 	if d := defaultAdminLimits(); d.read <= 0 || d.write <= 0 || d.idle <= 0 || d.readHeader <= 0 || d.maxHeaderBytes <= 0 {
