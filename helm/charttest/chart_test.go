@@ -258,7 +258,7 @@ func checkPod(t *testing.T, d *appsv1.Deployment, objs *Objects, cfg proxyConfig
 }
 
 func isSecretField(env string) bool {
-	for _, s := range []string{"_PASSWORD", "_RABBITMQ_URL", "_ADMIN_TOKEN"} {
+	for _, s := range []string{"_PASSWORD", "_RABBITMQ_URL", "_ADMIN_TOKEN", "_APP_URL", "_APP_HEALTH_URL"} {
 		if strings.HasSuffix(env, s) {
 			return true
 		}
@@ -390,6 +390,9 @@ func TestRenderFailures(t *testing.T) {
 		{[]string{"--set", "config.seenset.redis.password=s3cret"}, "credentials.redisPassword"},
 		{[]string{"--set", "config.admin.token=s3cret"}, "credentials.adminToken"},
 		{[]string{"--set", "config.sources[0].name=orders", "--set", "config.sources[0].rabbitmq.queue=orders", "--set", "config.sources[0].rabbitmq.url=amqp://u:p@rabbit:5672/"}, "credentials.sources.orders.rabbitmqUrl"},
+		{[]string{"--set", "config.app.url=http://svc:s3cret@127.0.0.1:8080"}, "put the URL in a Secret and name it in credentials.appUrl, which sets DEDUPE_PROXY_APP_URL"},
+		{[]string{"--set", "config.app.url=HTTPS://svc:s3cret@127.0.0.1:8443"}, "credentials.appUrl"},
+		{[]string{"--set", "config.app.health_url=http://svc:s3cret@127.0.0.1:8080/healthz"}, "credentials.appHealthUrl, which sets DEDUPE_PROXY_APP_HEALTH_URL"},
 		{[]string{"--set", "credentials.sources.order.rabbitmqUrl.secretName=s", "--set", "credentials.sources.order.rabbitmqUrl.key=url"}, "no source named order"},
 		{[]string{"--set", "credentials.sources.orders.kafkaSaslPassword.secretName=s", "--set", "credentials.sources.orders.kafkaSaslPassword.key=p"}, "source orders has type rabbitmq"},
 		{[]string{"--set", "proxy.nativeSidecar=true", "--kube-version", "1.28.0"}, "needs Kubernetes 1.29"},
@@ -398,6 +401,31 @@ func TestRenderFailures(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestAppURLFromSecret: app URLs with a password reach the proxy as
+// environment variables from Secrets; a URL without one stays in config.
+func TestAppURLFromSecret(t *testing.T) {
+	objs := render(t, "", "--set", "credentials.appUrl.secretName=app-auth",
+		"--set", "credentials.appHealthUrl.secretName=app-auth", "--set", "config.app.url=http://svc@127.0.0.1:8080")
+	proxy, _, err := Proxy(objs.Deployments[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"DEDUPE_PROXY_APP_URL": "url", "DEDUPE_PROXY_APP_HEALTH_URL": "health-url"}
+	for _, e := range proxy.Env {
+		key, ok := want[e.Name]
+		if !ok {
+			continue
+		}
+		if r := e.ValueFrom; r == nil || r.SecretKeyRef == nil || r.SecretKeyRef.Name != "app-auth" || r.SecretKeyRef.Key != key {
+			t.Errorf("%s = %+v, want Secret app-auth key %s", e.Name, e.ValueFrom, key)
+		}
+		delete(want, e.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("proxy env lacks %v", slices.Sorted(maps.Keys(want)))
 	}
 }
 

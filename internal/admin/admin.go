@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -87,8 +88,11 @@ var ErrSpace = errors.New("admin: key space")
 // space picks the key space: the one given, or the only one there is.
 func (k *Keys) space(space string) (string, error) {
 	if space == "" {
-		if len(k.Spaces) == 1 {
+		switch len(k.Spaces) {
+		case 1:
 			return k.Spaces[0], nil
+		case 0:
+			return "", fmt.Errorf("%w: this consumer has no sources", ErrSpace)
 		}
 		return "", fmt.Errorf("%w: this consumer has several (%s); name one (API: ?space=NAME, CLI: --space NAME)", ErrSpace, strings.Join(k.Spaces, ", "))
 	}
@@ -178,34 +182,73 @@ func LoadToken(c config.Admin) (string, error) {
 	return tok, nil
 }
 
-// Handler serves GET and DELETE /v1/keys/{key} for requests that carry
-// "Authorization: Bearer <token>"; every other request under /v1/keys/
-// gets 401. token must not be empty: without one, do not mount the API.
+// Handler serves GET (and HEAD) and DELETE /v1/keys/{key} for requests that
+// carry "Authorization: Bearer <token>". It checks the token before it
+// looks at the path, so any other request it is given gets 401 too: mount
+// it for every path the server does not serve publicly, not behind a
+// router. token must not be empty: without one, do not mount the API.
+//
+// The key is the escaped path after /v1/keys/, unescaped once and never
+// cleaned: /v1/keys/a//b names the key "a//b" and /v1/keys/a%2Fb the key
+// "a/b". A router that cleans paths would answer the first with a redirect
+// to /v1/keys/a/b, which a client follows with its method, DELETE
+// included: it would forget a key the operator never named.
 func (k *Keys) Handler(token string, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	mux := http.NewServeMux()
-	// {key...}: a key may contain '/'.
-	mux.HandleFunc("GET /v1/keys/{key...}", func(w http.ResponseWriter, r *http.Request) {
-		st, err := k.Status(r.Context(), r.URL.Query().Get("space"), r.PathValue("key"))
+	return requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok, err := keyFromPath(r.URL)
+		if !ok {
+			writeJSON(w, http.StatusNotFound, errorBody{Error: "not found"})
+			return
+		}
 		if err != nil {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, st)
-	})
-	mux.HandleFunc("DELETE /v1/keys/{key...}", func(w http.ResponseWriter, r *http.Request) {
-		res, err := k.Forget(r.Context(), r.URL.Query().Get("space"), r.PathValue("key"))
-		if err != nil {
-			writeError(w, err)
-			return
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			st, err := k.Status(r.Context(), r.URL.Query().Get("space"), key)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, st)
+		case http.MethodDelete:
+			res, err := k.Forget(r.Context(), r.URL.Query().Get("space"), key)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			// An intentional replay is worth a line in the log, always.
+			log.Info("key forgotten via the admin API", "key", res.Key, "space", res.Space, "existed", res.Forgotten, "remote", r.RemoteAddr)
+			writeJSON(w, http.StatusOK, res)
+		default:
+			w.Header().Set("Allow", "GET, HEAD, DELETE")
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method not allowed"})
 		}
-		// An intentional replay is worth a line in the log, always.
-		log.Info("key forgotten via the admin API", "key", res.Key, "space", res.Space, "existed", res.Forgotten, "remote", r.RemoteAddr)
-		writeJSON(w, http.StatusOK, res)
-	})
-	return requireToken(token, mux)
+	}))
+}
+
+// keysPath is the prefix of the key API's paths.
+const keysPath = "/v1/keys/"
+
+// keyFromPath returns the key a request names; ok is false when its path
+// is not under keysPath. The prefix is matched on the escaped path, so
+// /v1%2Fkeys/x is not the API, and the rest is unescaped exactly once.
+func keyFromPath(u *url.URL) (key string, ok bool, err error) {
+	raw, ok := strings.CutPrefix(u.EscapedPath(), keysPath)
+	if !ok {
+		return "", false, nil
+	}
+	key, err = url.PathUnescape(raw)
+	if err != nil {
+		// EscapedPath is always validly escaped; should that change, a
+		// bad escape is a 400, never a guess at the key.
+		return "", true, fmt.Errorf("%w: bad percent-encoding", ErrInvalidKey)
+	}
+	return key, true, nil
 }
 
 // requireToken compares SHA-256 digests in constant time: the comparison

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,68 @@ func TestCommand(t *testing.T) {
 	}
 	if err := k.Command(context.Background(), "forget", "", "", &out); !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("empty key: %v", err)
+	}
+}
+
+// The key is the escaped path after /v1/keys/, unescaped once and never
+// cleaned: each odd path names exactly the key it spells, never another.
+func TestHandlerKeyIsTheEscapedPathExactly(t *testing.T) {
+	st := seenset.NewMemory()
+	defer st.Close()
+	k := &Keys{Store: st, Consumer: "c", Spaces: []string{"s"}}
+	h := k.Handler("t", nil)
+	for _, tc := range []struct{ path, key string }{
+		{"/v1/keys/a/b", "a/b"},
+		{"/v1/keys/a//b", "a//b"},
+		{"/v1/keys/a/./b", "a/./b"},
+		{"/v1/keys/../x", "../x"},
+		{"/v1/keys/a/../b", "a/../b"},
+		{"/v1/keys//a", "/a"},
+		{"/v1/keys/a/", "a/"},
+		{"/v1/keys/a%2Fb", "a/b"},
+		{"/v1/keys/a%252Fb", "a%2Fb"},
+		{"/v1/keys/a%20b+c", "a b+c"},
+		{"/v1/keys/%2E%2E", ".."},
+		{"/v1/keys/a?x=y", "a"},
+	} {
+		code, body := serve(t, h, "GET", tc.path, "Bearer t")
+		want := `{"key":` + strconv.Quote(tc.key) + `,"space":"s","state":"absent","ttl_seconds":0}`
+		if code != http.StatusOK || body != want {
+			t.Errorf("GET %s = %d %s, want 200 %s", tc.path, code, body, want)
+		}
+	}
+	for _, path := range []string{"/v1/keys", "/v1//keys/a", "/v1/./keys/a", "/v1%2Fkeys/a", "/v1/%6Beys/a", "//v1/keys/a", "/"} {
+		if code, body := serve(t, h, "GET", path, "Bearer t"); code != http.StatusNotFound {
+			t.Errorf("GET %s = %d %s, want 404: not the key API", path, code, body)
+		}
+	}
+	if code, body := serve(t, h, "GET", "/v1/keys/", "Bearer t"); code != http.StatusBadRequest {
+		t.Errorf("empty key = %d %s, want 400", code, body)
+	}
+}
+
+// The token is checked before the path is looked at: whatever the path,
+// no token is 401, and nothing answers a redirect.
+func TestHandlerAuthenticatesBeforeRouting(t *testing.T) {
+	st := seenset.NewMemory()
+	defer st.Close()
+	h := (&Keys{Store: st, Consumer: "c", Spaces: []string{"s"}}).Handler("t", nil)
+	for _, path := range []string{"/v1/keys/a", "/v1/keys/a//b", "/v1/keys/../x", "/v1/keys", "/v1//keys/a",
+		"//v1/keys/a", "/v1/./keys/a", "/v1/keys/", "/nope", "/", "/v1%2Fkeys/a"} {
+		for _, m := range []string{"GET", "DELETE", "PUT", "POST"} {
+			code, body := serve(t, h, m, path, "")
+			if code != http.StatusUnauthorized {
+				t.Errorf("%s %s without a token = %d %s, want 401", m, path, code, body)
+			}
+			if code, _ := serve(t, h, m, path, "Bearer t"); code >= 300 && code < 400 {
+				t.Errorf("%s %s with the token = %d: a redirect", m, path, code)
+			}
+		}
+	}
+	if code, _ := serve(t, h, "PUT", "/v1/keys/a", "Bearer t"); code != http.StatusMethodNotAllowed {
+		t.Errorf("PUT with the token = %d, want 405", code)
+	}
+	if code, _ := serve(t, h, "HEAD", "/v1/keys/a", "Bearer t"); code != http.StatusOK {
+		t.Errorf("HEAD with the token = %d, want 200", code)
 	}
 }

@@ -211,6 +211,58 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 	}
 }
 
+// A value that holds a password is quoted redacted when it is invalid:
+// validate prints these errors and the daemon exits with them.
+func TestValidateNeverEchoesAPassword(t *testing.T) {
+	const secret = "S3CRET-pw"
+	for _, tc := range []struct {
+		path   string
+		mutate func(*Config)
+	}{
+		{"app.url", func(c *Config) { c.App.URL = "ftp://svc:" + secret + "@app:21" }},
+		{"app.url", func(c *Config) { c.App.URL = "http://svc:" + secret + "@app/%zz" }},
+		{"app.health_url", func(c *Config) { c.App.HealthURL = "tcp://svc:" + secret + "@app/healthz" }},
+		{"sources[0].rabbitmq.url", func(c *Config) { c.Sources[0].RabbitMQ.URL = "http://u:" + secret + "@rabbit:5672/" }},
+		{"seenset.redis.addrs[0]", func(c *Config) { c.SeenSet.Redis.Addrs = []string{"redis://:" + secret + "@redis:6379"} }},
+		{"seenset.redis.addrs[0]", func(c *Config) { c.SeenSet.Redis.Addrs = []string{"default:" + secret + "@redis:6379"} }},
+		{"sources[0].kafka.brokers[0]", func(c *Config) {
+			c.Sources[0].Type = "kafka"
+			c.Sources[0].Kafka.Topics, c.Sources[0].Kafka.Group = []string{"t"}, "g"
+			c.Sources[0].Kafka.Brokers = []string{"sasl://u:" + secret + "@kafka:9092"}
+		}},
+		{"sources[0].kafka.brokers[0]", func(c *Config) {
+			c.Sources[0].Type = "kafka"
+			c.Sources[0].Kafka.Topics, c.Sources[0].Kafka.Group = []string{"t"}, "g"
+			c.Sources[0].Kafka.Brokers = []string{"u:" + secret + "@kafka:9092"}
+		}},
+	} {
+		c := Default()
+		c.Consumer = "c"
+		s := DefaultSource()
+		s.Name, s.RabbitMQ.Queue = "orders", "orders"
+		c.Sources = []Source{s}
+		tc.mutate(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.path+": ") {
+			t.Errorf("%s: error %v, want one about it", tc.path, err)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: error leaks the password: %v", tc.path, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"redis:6379":                "redis:6379",
+		"redis://:pw@redis:6379":    "redis://xxxxx@redis:6379",
+		"u:p@ss@kafka:9092":         "xxxxx@kafka:9092",
+		"sasl://u:p/w@kafka:9092/x": "sasl://xxxxx@kafka:9092/x",
+	} {
+		if got := redactAddr(in); got != want {
+			t.Errorf("redactAddr(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestParseByteSize(t *testing.T) {
 	for in, want := range map[string]ByteSize{"0": 0, "1024": 1024, "64KiB": 64 << 10, "1MiB": 1 << 20, "10MB": 10_000_000, "2 GiB": 2 << 30, "5K": 5 << 10} {
 		got, err := ParseByteSize(in)

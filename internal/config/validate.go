@@ -104,7 +104,7 @@ func (c *Config) Validate() error {
 		}
 		for i, a := range s.Redis.Addrs {
 			if _, _, err := net.SplitHostPort(a); err != nil {
-				p.add(fmt.Sprintf("seenset.redis.addrs[%d]", i), "must be host:port, got %q", a)
+				p.add(fmt.Sprintf("seenset.redis.addrs[%d]", i), "must be host:port, got %q", redactAddr(a))
 			}
 		}
 		p.positive("seenset.redis.dial_timeout", s.Redis.DialTimeout)
@@ -226,7 +226,7 @@ func (s *Source) validate(at string, p *problems) {
 		}
 		for i, b := range k.Brokers {
 			if _, _, err := net.SplitHostPort(b); err != nil {
-				p.add(fmt.Sprintf("%s.brokers[%d]", at, i), "must be host:port, got %q", b)
+				p.add(fmt.Sprintf("%s.brokers[%d]", at, i), "must be host:port, got %q", redactAddr(b))
 			}
 		}
 		for i, t := range k.Topics {
@@ -290,6 +290,24 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// redactAddr hides what precedes the '@' of an address given as a URL with
+// credentials (redis://:pass@host:6379, user:pass@kafka:9092): it is
+// invalid, so it is quoted in the error, and the part before the '@' may
+// be a password.
+func redactAddr(a string) string {
+	at := strings.LastIndex(a, "@")
+	if at < 0 {
+		return a
+	}
+	scheme, _, found := strings.Cut(a[:at], "://")
+	if !found {
+		scheme = ""
+	} else {
+		scheme += "://"
+	}
+	return scheme + "xxxxx" + a[at:]
 }
 
 // redact hides credentials (amqp://user:pass@…) in error messages.

@@ -15,6 +15,39 @@ import (
 
 func tlsConfig() *tls.Config { return &tls.Config{MinVersion: tls.VersionTLS12} }
 
+// adminLimits bound what one client can hold of the admin server: a
+// connection that trickles its headers or body, reads its answer slowly or
+// idles in keep-alive is closed.
+type adminLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+}
+
+// defaultAdminLimits: the answers are small and quick (/readyz gives up
+// after 2 s), so seconds are plenty. pprof's profile and trace handlers
+// push their own write deadline out by the duration asked for, so a 30 s
+// CPU profile still works.
+func defaultAdminLimits() adminLimits {
+	return adminLimits{
+		readHeader:     5 * time.Second,
+		read:           10 * time.Second,
+		write:          15 * time.Second,
+		idle:           time.Minute,
+		maxHeaderBytes: 64 << 10,
+	}
+}
+
+func (l adminLimits) server(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.readHeader,
+		ReadTimeout:       l.read,
+		WriteTimeout:      l.write,
+		IdleTimeout:       l.idle,
+		MaxHeaderBytes:    l.maxHeaderBytes,
+	}
+}
+
 func (d *Daemon) startAdmin() error {
 	if d.cfg.Admin.Listen == "" {
 		return nil
@@ -24,60 +57,100 @@ func (d *Daemon) startAdmin() error {
 		return fmt.Errorf("admin.listen %s: %w", d.cfg.Admin.Listen, err)
 	}
 	d.adminLn = ln
-	d.admin = &http.Server{Handler: d.adminMux(), ReadHeaderTimeout: 5 * time.Second}
+	d.admin = defaultAdminLimits().server(d.adminHandler())
 	go func() { _ = d.admin.Serve(ln) }()
 	return nil
 }
 
-func (d *Daemon) adminMux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if f := d.failed.Load(); f != nil {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte((*f).Error() + "\n"))
+// adminHandler routes on the path exactly as the client escaped it, and
+// never answers a redirect. An http.ServeMux cleans paths first and
+// redirects /v1/keys/a//b to /v1/keys/a/b, method kept, before any handler
+// (the token check included) has run: a client following it would forget
+// another key than the one it named. Here the public endpoints match only
+// their exact paths; with a token, everything else goes to the key API,
+// which checks the token before it looks at the path.
+func (d *Daemon) adminHandler() http.Handler {
+	public := map[string]http.Handler{
+		"/healthz": getOnly(d.healthz),
+		"/readyz":  getOnly(d.readyz),
+		"/metrics": getOnly(promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}).ServeHTTP),
+	}
+	// Served by us: importing net/http/pprof also fills
+	// http.DefaultServeMux, which nothing serves.
+	profiles := map[string]http.HandlerFunc{
+		"cmdline": pprof.Cmdline,
+		"profile": pprof.Profile,
+		"symbol":  pprof.Symbol,
+		"trace":   pprof.Trace,
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.EscapedPath()
+		if h, ok := public[path]; ok {
+			h.ServeHTTP(w, r)
 			return
 		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	// One line per check, "name: ok", "name: <why>" or "name: warning:
-	// <what>"; 503 unless all pass (a warning passes).
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		var b strings.Builder
-		status := http.StatusOK
-		for _, c := range d.checks(ctx) {
-			if c.err != nil {
-				status = http.StatusServiceUnavailable
-				// "seenset: seenset: store unavailable" says it twice.
-				fmt.Fprintf(&b, "%s: %s\n", c.name, strings.TrimPrefix(c.err.Error(), c.name+": "))
-				continue
+		if name, ok := strings.CutPrefix(path, "/debug/pprof/"); ok && d.cfg.Admin.Pprof {
+			if h, ok := profiles[name]; ok {
+				h(w, r)
+				return
 			}
-			if c.warn != "" {
-				fmt.Fprintf(&b, "%s: warning: %s\n", c.name, c.warn)
-				continue
-			}
-			fmt.Fprintf(&b, "%s: ok\n", c.name)
+			pprof.Index(w, r) // the index, or the named runtime profile
+			return
 		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(status)
-		_, _ = w.Write([]byte(b.String()))
+		if d.keysAPI != nil {
+			d.keysAPI.ServeHTTP(w, r)
+			return
+		}
+		// Without a token the key API does not exist.
+		http.NotFound(w, r)
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
-	if d.keysAPI != nil {
-		// Without a token the routes do not exist: 404.
-		mux.Handle("/v1/keys/", d.keysAPI)
+}
+
+func getOnly(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h(w, r)
+	})
+}
+
+// healthz is liveness: ok while the process runs, 503 with the reason
+// once a source stopped by itself and the process is on its way out.
+func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
+	if f := d.failed.Load(); f != nil {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte((*f).Error() + "\n"))
+		return
 	}
-	if d.cfg.Admin.Pprof {
-		// Registered on our mux: importing net/http/pprof also fills
-		// http.DefaultServeMux, which nothing serves.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// readyz answers one line per check, "name: ok", "name: <why>" or "name:
+// warning: <what>"; 503 unless all pass (a warning passes).
+func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var b strings.Builder
+	status := http.StatusOK
+	for _, c := range d.checks(ctx) {
+		if c.err != nil {
+			status = http.StatusServiceUnavailable
+			// "seenset: seenset: store unavailable" says it twice.
+			fmt.Fprintf(&b, "%s: %s\n", c.name, strings.TrimPrefix(c.err.Error(), c.name+": "))
+			continue
+		}
+		if c.warn != "" {
+			fmt.Fprintf(&b, "%s: warning: %s\n", c.name, c.warn)
+			continue
+		}
+		fmt.Fprintf(&b, "%s: ok\n", c.name)
 	}
-	return mux
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
 }

@@ -337,7 +337,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.log.Info("dedupe-proxy starting", "version", Version, "consumer", d.cfg.Consumer, "sources", len(d.sources),
-		"seenset", d.cfg.SeenSet.Backend, "app", d.cfg.App.URL)
+		"seenset", d.cfg.SeenSet.Backend, "app", redactURL(d.cfg.App.URL))
 	d.durable.start()
 
 	healthDone := make(chan struct{})

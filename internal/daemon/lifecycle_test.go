@@ -32,7 +32,7 @@ func TestSourceFailureStopsTheProcess(t *testing.T) {
 	go func() { done <- d.Run(context.Background()) }()
 	testutil.Eventually(t, 10*time.Second, "ready", func() bool { return d.Ready(context.Background()) == nil })
 	rec := httptest.NewRecorder()
-	d.adminMux().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	d.adminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("healthz before = %d", rec.Code)
 	}
@@ -46,7 +46,7 @@ func TestSourceFailureStopsTheProcess(t *testing.T) {
 		t.Fatal("Run did not return after a source failed")
 	}
 	rec = httptest.NewRecorder()
-	d.adminMux().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	d.adminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "consumer cancelled") {
 		t.Fatalf("healthz after = %d %q, want 503 with the reason", rec.Code, rec.Body.String())
 	}

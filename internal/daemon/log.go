@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"sync"
 
@@ -43,4 +44,14 @@ var redisLoggerOnce sync.Once
 // logger, so the first daemon's logger wins.
 func setRedisLogger(log *slog.Logger) {
 	redisLoggerOnce.Do(func() { redis.SetLogger(redisLogger{log}) })
+}
+
+// redactURL is raw for a log line: a basic-auth password in it (app.url
+// may carry one) becomes "xxxxx".
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
 }

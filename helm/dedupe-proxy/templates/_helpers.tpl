@@ -116,6 +116,11 @@ credentials (existing Secrets, as environment variables).
 {{- if dig "admin" "token" "" $cfg }}
 {{- fail "config.admin.token: the config is a ConfigMap; put the token in a Secret and name it in credentials.adminToken" }}
 {{- end }}
+{{- range $field, $cred := dict "url" "appUrl" "health_url" "appHealthUrl" }}
+{{- if regexMatch "(?i)^[a-z][a-z0-9+.-]*://[^/@]*:[^/@]*@" (dig "app" $field "" $cfg | toString) }}
+{{- fail (printf "config.app.%s holds a password; the config is a ConfigMap: put the URL in a Secret and name it in credentials.%s, which sets DEDUPE_PROXY_APP_%s from it" $field $cred (upper $field)) }}
+{{- end }}
+{{- end }}
 {{- range $i, $src := $cfg.sources | default list }}
 {{- $url := dig "rabbitmq" "url" "" $src | toString }}
 {{- if regexMatch "^[a-z]+://[^/@]*:[^/@]*@" $url }}
@@ -148,7 +153,7 @@ list indices as '_'), then proxy.env.
 */}}
 {{- define "dedupe-proxy.proxyEnv" -}}
 {{- $c := .Values.credentials }}
-{{- range $field, $var := dict "redisPassword" "DEDUPE_PROXY_SEENSET_REDIS_PASSWORD" "redisUsername" "DEDUPE_PROXY_SEENSET_REDIS_USERNAME" "adminToken" "DEDUPE_PROXY_ADMIN_TOKEN" }}
+{{- range $field, $var := dict "redisPassword" "DEDUPE_PROXY_SEENSET_REDIS_PASSWORD" "redisUsername" "DEDUPE_PROXY_SEENSET_REDIS_USERNAME" "adminToken" "DEDUPE_PROXY_ADMIN_TOKEN" "appUrl" "DEDUPE_PROXY_APP_URL" "appHealthUrl" "DEDUPE_PROXY_APP_HEALTH_URL" }}
 {{- $ref := index $c $field }}
 {{- if and $ref $ref.secretName }}
 {{- include "dedupe-proxy.secretEnvVar" (list $var $ref) }}
