@@ -24,10 +24,10 @@ func TestAdminOddKeyPathForgetsOnlyItsKey(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { withAdmin(c); c.Admin.Token = "tok" })
 	p := h.start()
 	ctx := context.Background()
-	if _, err := p.d.Store().Claim(ctx, "test:a/b", "t1", 3*time.Second); err != nil {
+	if _, err := p.d.Store().Claim(ctx, storedKey("a/b"), "t1", 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.d.Store().Commit(ctx, "test:a/b", "t1", time.Hour); err != nil {
+	if err := p.d.Store().Commit(ctx, storedKey("a/b"), "t1", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	// http.DefaultClient follows redirects, as curl -L and most SDKs do.
