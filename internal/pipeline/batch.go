@@ -68,10 +68,12 @@ func (p *Pipeline) batchItem(w *work, c aheadClaim, claimedAt time.Time, g *comm
 			return true
 		case seenset.Claimed:
 			w.held = c.token
-			if w.runClaimed(c.token, claimedAt) {
+			ok := w.useAhead(c.token, claimedAt)
+			w.held = ""
+			if ok {
+				w.loop()
 				return true
 			}
-			w.held = ""
 		}
 	}
 	// Off the fast path: an earlier success may hold this key or
@@ -108,15 +110,9 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 	var inBatch map[string]struct{}
 	for i := range ws {
 		w := &ws[i]
-		if p.o.MaxBodyBytes > 0 && int64(len(w.m.Body)) > p.o.MaxBodyBytes {
+		if w.identify() != fine {
 			continue
 		}
-		key, _ := w.s.Keys.Key(w.m)
-		if key == "" {
-			continue
-		}
-		w.key = key
-		w.full = w.s.prefix + key
 		if inBatch == nil {
 			inBatch = make(map[string]struct{}, len(ws))
 		}
@@ -162,49 +158,6 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 		claims[i] = aheadClaim{}
 	}
 	return claims, claimedAt
-}
-
-// runClaimed forwards a message claimed ahead. It reports false when the
-// message must take the slow path instead — the pipeline stops or the
-// delivery was lost (the slow path releases the claim left in w.prior and
-// requeues), the app is down (the claim is released while it waits), or
-// the claim went stale (no longer ours, or left in w.prior).
-func (w *work) runClaimed(token string, claimedAt time.Time) bool {
-	p := w.p
-	select {
-	case <-p.draining:
-		w.prior = token
-		return false
-	case <-w.d.Lost():
-		w.prior = token
-		return false
-	default:
-	}
-	if g := p.o.Gate; g != nil {
-		select {
-		case <-g.Open():
-		default:
-			w.release(token)
-			return false
-		}
-	}
-	// Claimed ahead while earlier messages were forwarded: a lease older
-	// than a third of its life is renewed first, as a forward would.
-	if time.Since(claimedAt) > p.o.Lease/3 {
-		ctx, cancel := context.WithTimeout(p.hard, p.o.Lease/3)
-		start := time.Now()
-		err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
-		cancel()
-		p.observe("renew", start, err)
-		if err != nil {
-			if !errors.Is(err, seenset.ErrNotOwner) {
-				w.prior = token // perhaps still ours
-			}
-			return false
-		}
-	}
-	w.forwardLoop(true, token)
-	return true
 }
 
 // committer commits and acks the successes of a batch in the background
@@ -289,8 +242,7 @@ func (c *committer) commit(todo []pendingCommit) {
 		switch err := errs[i]; {
 		case err == nil:
 		case errors.Is(err, seenset.ErrNotOwner):
-			t.w.event(metrics.EventLeaseLost)
-			p.log.Error("commit refused: the lease expired and another replica took the key", t.w.attrs()...)
+			t.w.leaseLost("commit refused: the lease expired and another replica took the key")
 		default:
 			p.log.Warn("batched commit failed; retrying it alone", t.w.attrs(slog.String("err", err.Error()))...)
 			t.w.commit(t.token)

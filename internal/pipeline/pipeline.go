@@ -258,245 +258,6 @@ func (p *Pipeline) bind(name string) *boundMetrics {
 	return b
 }
 
-// work is one delivery's trip through the pipeline.
-type work struct {
-	p    *Pipeline
-	s    *source
-	d    broker.Delivery
-	m    *broker.Message
-	key  string // message key, "" when none
-	full string // "<consumer>:<key space>:<key>"
-	last forward.Result
-	meta []forward.Header
-	// group, when set (a batch), takes the commit and ack of a success,
-	// so that the next message's forward need not wait for them.
-	group *committer
-	// prior is a token this message may hold a claim under already (a
-	// batch claim whose answer was lost): the first claim reuses it, and
-	// a claim under the same token is idempotent, so the message does not
-	// find its own lease busy.
-	prior string
-	// held is the token of the claim this message holds now ("" when
-	// none) and sent whether a request went out under it: after a panic
-	// only a claim whose request never left may be released.
-	held string
-	sent bool
-	// notBefore: the last request may still be running at the app (it
-	// timed out or was aborted), so the key is not claimed again before
-	// then — by the lease it was left with, by no replica.
-	notBefore time.Time
-	settled   bool
-}
-
-func (w *work) run() {
-	p := w.p
-	// A delivery handed over just as the pipeline stops (or its channel
-	// died) goes straight back: starting a forward now would only delay
-	// the shutdown.
-	select {
-	case <-p.draining:
-		w.releasePrior()
-		w.requeue("stopping")
-		return
-	case <-w.d.Lost():
-		w.releasePrior()
-		w.requeue("delivery lost")
-		return
-	default:
-	}
-	if p.o.MaxBodyBytes > 0 && int64(len(w.m.Body)) > p.o.MaxBodyBytes {
-		w.event(metrics.EventBodyTooLarge)
-		w.fail("body too large", slog.Int("bytes", len(w.m.Body)), slog.Int64("max", p.o.MaxBodyBytes))
-		w.deadLetterOrHold(broker.DeadLetterInfo{Reason: "body too large"}, 0, false)
-		return
-	}
-	key, why := w.s.Keys.Key(w.m)
-	if key == "" {
-		w.event(metrics.EventNoKey)
-		p.log.Info("no usable key", w.attrs(slog.String("why", why))...)
-		if w.s.DeadLetterMissingKey {
-			w.deadLetterOrHold(broker.DeadLetterInfo{Reason: "no key: " + why}, 0, false)
-			return
-		}
-		// Fail-open: work that cannot be identified is never dropped.
-		w.forwardLoop(false, "")
-		return
-	}
-	w.key = key
-	w.full = w.s.prefix + key
-	w.forwardLoop(true, "")
-}
-
-// forwardLoop claims, forwards and settles; withStore=false forwards
-// without the seen-set (no key, or fail-open on a store error). claimed,
-// when not empty, is the token of a claim already held: the first try
-// forwards at once.
-func (w *work) forwardLoop(withStore bool, claimed string) {
-	p := w.p
-	attempt := 0
-	down := 0 // consecutive tries that found the app unreachable
-	for {
-		// A claim held already was taken with the gate open just before.
-		fresh := claimed == ""
-		token := claimed
-		claimed = ""
-		if fresh && !w.waitGate() {
-			w.requeue("stopped while the app was down")
-			return
-		}
-		if fresh && withStore && !w.notBefore.IsZero() {
-			if !w.wait(time.Until(w.notBefore)) {
-				w.requeue("stopped while the last request may still run at the app")
-				return
-			}
-			w.notBefore = time.Time{}
-		}
-		if fresh && withStore {
-			token = w.prior
-			w.prior = ""
-			if token == "" {
-				token = p.newToken()
-			}
-			res, err := w.claim(token)
-			if errors.Is(err, seenset.ErrKeyUnusable) {
-				w.event(metrics.EventStoreKeyError)
-				w.fail("seen-set entry of the key is unusable; an operator must remove it (keys forget)", slog.String("err", err.Error()))
-				if w.deadLetterOrHold(broker.DeadLetterInfo{Reason: "seen-set key unusable", LastError: err.Error()}, p.o.MaxAttempts, true) {
-					return
-				}
-				continue
-			}
-			if err != nil {
-				if errors.Is(err, seenset.ErrUnavailable) && p.o.FailOpenOnStoreError {
-					w.event(metrics.EventStoreFailOpen)
-					p.log.Warn("seen-set unavailable, forwarding without dedupe (on_store_error: forward)", w.attrs(slog.String("err", err.Error()))...)
-					withStore = false
-					continue
-				}
-				w.requeue("interrupted while the seen-set was unavailable")
-				return
-			}
-			if res == seenset.Claimed {
-				w.held, w.sent = token, false
-			}
-			switch res {
-			case seenset.Duplicate:
-				w.ack(metrics.Duplicate)
-				return
-			case seenset.Busy:
-				w.event(metrics.EventBusy)
-				if !w.wait(p.o.BusyDelay) || w.s.Requeues {
-					// RabbitMQ: give it back, another delivery (or this
-					// one later) finds it done or free. Kafka: loop.
-					w.requeue("key busy on another replica")
-					return
-				}
-				continue
-			}
-		}
-
-		if withStore {
-			// A claim taken ahead (batch) is held from here.
-			w.held = token
-		}
-		attempt++
-		w.last = w.forward(attempt, token, withStore)
-		switch w.last.Outcome {
-		case forward.Success:
-			if withStore && w.group != nil {
-				w.held = ""
-				w.group.add(w, token)
-				return
-			}
-			if withStore {
-				w.commit(token)
-			}
-			w.ack(metrics.Forwarded)
-			return
-		case forward.Permanent:
-			if withStore {
-				w.release(token)
-			}
-			w.fail("app answered permanent failure", slog.Int("attempt", attempt))
-			if w.deadLetterOrHold(w.info("permanent: "+w.last.Reason, attempt), attempt, true) {
-				return
-			}
-		default: // Retryable
-			if withStore {
-				if w.last.MayBeRunning {
-					w.keepClaim(token)
-				} else {
-					w.release(token)
-				}
-			}
-			if p.hard.Err() != nil {
-				w.requeue("shutdown timeout reached during the forward")
-				return
-			}
-			if w.last.Unreachable {
-				// The app is not there (refused, no socket): the message
-				// has not failed, so this try does not count towards
-				// max_attempts — it waits unacked until the app is back
-				// instead of being dead-lettered by a restart.
-				attempt--
-				down++
-			} else {
-				down = 0
-			}
-			if attempt >= p.o.MaxAttempts {
-				w.fail("retries exhausted", slog.Int("attempt", attempt))
-				if w.deadLetterOrHold(w.info("max attempts: "+w.last.Reason, attempt), attempt, true) {
-					return
-				}
-				continue
-			}
-			w.event(metrics.EventRetry)
-			p.log.Info("app failed, will retry", w.attrs(slog.Int("attempt", attempt), slog.String("reason", w.last.Reason))...)
-			if !w.wait(p.backoff(max(attempt, down), w.last.RetryAfter)) {
-				w.requeue("stopped while waiting to retry")
-				return
-			}
-		}
-	}
-}
-
-// deadLetterOrHold dead-letters d. When the source has no dead letter, or
-// the dead-letter write fails, the message is not lost: RabbitMQ gets it
-// requeued after a backoff; Kafka holds the partition. It reports whether
-// d was settled (the caller returns) or the caller should forward again
-// (Kafka without a dead-letter topic: the app may have been fixed).
-func (w *work) deadLetterOrHold(info broker.DeadLetterInfo, attempt int, canRetry bool) bool {
-	p := w.p
-	err := w.deadLetter(info)
-	if err == nil {
-		return true
-	}
-	noDestination := errors.Is(err, broker.ErrNoDeadLetter)
-	if !w.wait(p.backoff(max(attempt, 1), 0)) {
-		w.requeue("stopped")
-		return true
-	}
-	if w.s.Requeues {
-		w.requeue("not dead-lettered: " + info.Reason)
-		return true
-	}
-	if noDestination && canRetry {
-		return false
-	}
-	// A dead-letter topic exists but the write failed, or the message can
-	// never be forwarded (too large, no key): retry only the dead letter,
-	// never the app, while the partition holds.
-	for {
-		if w.deadLetter(info) == nil {
-			return true
-		}
-		if !w.wait(p.o.BackoffMax) {
-			w.requeue("stopped")
-			return true
-		}
-	}
-}
-
 func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 	p := w.p
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 30*time.Second)
@@ -553,21 +314,22 @@ func (w *work) claim(token string) (seenset.ClaimResult, error) {
 const keyUnusableTries = 3
 
 // forward sends one attempt, renewing the lease while it runs.
-func (w *work) forward(attempt int, token string, withStore bool) forward.Result {
+func (w *work) forward() forward.Result {
 	p := w.p
+	w.attempt++
 	req := forward.Request{
 		Path:           w.s.Path,
 		Body:           w.m.Body,
 		ContentType:    w.m.ContentType,
 		IdempotencyKey: w.key,
-		Attempt:        attempt,
+		Attempt:        w.attempt,
 		Meta:           w.metaHeaders(),
 		MessageHeaders: w.m.Headers,
 	}
-	if withStore {
+	if w.withStore {
 		// Deferred: a panic in Do must not leave the renewal running,
 		// which would hold the key for ever.
-		defer w.renewLease(token)()
+		defer w.renewLease(w.token)()
 	}
 	w.sent = true
 	// Neither Drain nor a lost channel cancels a forward in progress: the
@@ -597,14 +359,8 @@ func (w *work) renewLease(token string) (stop func()) {
 		if stopped {
 			return
 		}
-		ctx, cancel := context.WithTimeout(p.hard, p.o.Lease/3)
-		start := time.Now()
-		err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
-		cancel()
-		p.observe("renew", start, err)
-		if errors.Is(err, seenset.ErrNotOwner) {
-			w.event(metrics.EventLeaseLost)
-			p.log.Error("lease lost while forwarding: another replica may forward this key too", w.attrs()...)
+		if errors.Is(w.renew(token), seenset.ErrNotOwner) {
+			w.leaseLost("lease lost while forwarding: another replica may forward this key too")
 			return
 		}
 		t.Reset(p.o.Lease / 3)
@@ -634,8 +390,7 @@ func (w *work) commit(token string) {
 			return
 		}
 		if errors.Is(err, seenset.ErrNotOwner) {
-			w.event(metrics.EventLeaseLost)
-			p.log.Error("commit refused: the lease expired and another replica took the key", w.attrs()...)
+			w.leaseLost("commit refused: the lease expired and another replica took the key")
 			return
 		}
 		if i < p.o.CommitAttempts {
@@ -655,6 +410,25 @@ func (w *work) releasePrior() {
 	}
 }
 
+// renew extends the lease on token. It runs even while the pipeline is
+// stopping (Abort cancels the forward, and keepClaim renews after it).
+func (w *work) renew(token string) error {
+	p := w.p
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), p.o.Lease/3)
+	start := time.Now()
+	err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
+	cancel()
+	p.observe("renew", start, err)
+	return err
+}
+
+// leaseLost reports a claim found to be someone else's: its lease
+// expired and another replica took the key.
+func (w *work) leaseLost(msg string) {
+	w.event(metrics.EventLeaseLost)
+	w.p.log.Error(msg, w.attrs()...)
+}
+
 // keepClaim is release's opposite for a request that may still be
 // running at the app (timeout, shutdown abort): the claim is renewed once
 // and left to expire, so that for a whole lease from now no replica — this
@@ -664,11 +438,7 @@ func (w *work) releasePrior() {
 func (w *work) keepClaim(token string) {
 	p := w.p
 	w.held = ""
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 2*time.Second)
-	start := time.Now()
-	err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
-	cancel()
-	p.observe("renew", start, err)
+	_ = w.renew(token)
 	// Counted from now even when the renewal failed: the lease may still
 	// run (it was renewed at most lease/3 ago), and waiting too long is
 	// the safe side.
@@ -736,25 +506,33 @@ func (w *work) wait(d time.Duration) bool {
 // reports false when the pipeline drains or the delivery is lost, and the
 // caller requeues.
 func (w *work) waitGate() bool {
-	if w.p.o.Gate == nil {
+	if w.gateOpen() {
 		return true
-	}
-	open := w.p.o.Gate.Open()
-	select {
-	case <-open:
-		return true
-	default:
 	}
 	w.event(metrics.EventAppWait)
 	w.p.log.Debug("app down: holding the message until it is back", w.attrs()...)
 	select {
-	case <-open:
+	case <-w.p.o.Gate.Open():
 		return true
 	case <-w.p.draining:
 	case <-w.p.hard.Done():
 	case <-w.d.Lost():
 	}
 	return false
+}
+
+// gateOpen reports, without waiting, whether the app is up (always, when
+// there is no Gate).
+func (w *work) gateOpen() bool {
+	if w.p.o.Gate == nil {
+		return true
+	}
+	select {
+	case <-w.p.o.Gate.Open():
+		return true
+	default:
+		return false
+	}
 }
 
 // backoff is exponential with jitter; a Retry-After from the app wins when

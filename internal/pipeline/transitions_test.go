@@ -1,0 +1,308 @@
+package pipeline_test
+
+// One test per transition of the per-message state machine, on fakes, in
+// a synctest bubble: backoffs, leases and busy delays run on the bubble's
+// clock, so no test sleeps for real and none depends on the machine's
+// speed.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+// faultyStore fails the operations named in fail with ErrUnavailable and
+// counts every call.
+type faultyStore struct {
+	*seenset.Memory
+	mu    sync.Mutex
+	fail  map[string]bool
+	calls map[string]int
+}
+
+func newFaultyStore(fail ...string) *faultyStore {
+	s := &faultyStore{Memory: seenset.NewMemory(), fail: map[string]bool{}, calls: map[string]int{}}
+	for _, op := range fail {
+		s.fail[op] = true
+	}
+	return s
+}
+
+func (s *faultyStore) call(op string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[op]++
+	if s.fail[op] {
+		return fmt.Errorf("%w: connection refused", seenset.ErrUnavailable)
+	}
+	return nil
+}
+
+func (s *faultyStore) count(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[op]
+}
+
+func (s *faultyStore) Claim(ctx context.Context, key, token string, lease time.Duration) (seenset.ClaimResult, error) {
+	if err := s.call("claim"); err != nil {
+		return 0, err
+	}
+	return s.Memory.Claim(ctx, key, token, lease)
+}
+
+func (s *faultyStore) Commit(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := s.call("commit"); err != nil {
+		return err
+	}
+	return s.Memory.Commit(ctx, key, token, ttl)
+}
+
+func (s *faultyStore) Renew(ctx context.Context, key, token string, lease time.Duration) error {
+	if err := s.call("renew"); err != nil {
+		return err
+	}
+	return s.Memory.Renew(ctx, key, token, lease)
+}
+
+type fixture struct {
+	p *pipeline.Pipeline
+	m *metrics.Metrics
+}
+
+func newFixture(st seenset.Store, f pipeline.Forwarder, mutate func(*pipeline.Options)) fixture {
+	m := metrics.New(prometheus.NewRegistry())
+	o := pipeline.Options{
+		Consumer: "c", Store: st, Forwarder: f, Lease: 30 * time.Second, TTL: time.Hour,
+		MaxAttempts: 3, BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second,
+		BusyDelay: time.Second, CommitAttempts: 3, Metrics: m,
+	}
+	if mutate != nil {
+		mutate(&o)
+	}
+	return fixture{p: pipeline.New(o), m: m}
+}
+
+func (f fixture) handler(requeues bool) broker.Handler {
+	kind := "kafka"
+	if requeues {
+		kind = "rabbitmq"
+	}
+	return f.p.Handler(pipeline.SourceOptions{Name: "s", Kind: kind, Requeues: requeues})
+}
+
+func wantOnly(t *testing.T, d *recDelivery, how string) {
+	t.Helper()
+	if got := d.settled(); len(got) != 1 || got[0] != how {
+		t.Fatalf("settled %v, want [%s]", got, how)
+	}
+}
+
+// Store down, fail closed (the default): nothing is forwarded while the
+// claim is retried with backoff; a drain requeues the message.
+func TestTransitionStoreDownFailsClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFaultyStore("claim")
+		app := &script{res: []forward.Result{ok}}
+		fx := newFixture(st, app, nil)
+		d := newRecDelivery("k")
+		go fx.handler(true)(d)
+		time.Sleep(time.Minute)
+		fx.p.Drain()
+		synctest.Wait()
+		wantOnly(t, d, "requeue")
+		if app.n() != 0 || st.count("claim") < 10 || event(fx.m, metrics.EventStoreError) != float64(st.count("claim")) {
+			t.Fatalf("%d forwards, %d claims, %v store_error events", app.n(), st.count("claim"), event(fx.m, metrics.EventStoreError))
+		}
+	})
+}
+
+// Store down with on_store_error: forward: forwarded once without the
+// seen-set, acked, counted.
+func TestTransitionStoreDownFailsOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFaultyStore("claim")
+		app := &script{res: []forward.Result{ok}}
+		fx := newFixture(st, app, func(o *pipeline.Options) { o.FailOpenOnStoreError = true })
+		d := newRecDelivery("k")
+		fx.handler(true)(d)
+		wantOnly(t, d, "ack")
+		if app.n() != 1 || st.count("commit") != 0 || event(fx.m, metrics.EventStoreFailOpen) != 1 {
+			t.Fatalf("%d forwards, %d commits, %v fail-open events", app.n(), st.count("commit"), event(fx.m, metrics.EventStoreFailOpen))
+		}
+	})
+}
+
+// The app succeeded but the commit keeps failing: commit_attempts tries,
+// then acked anyway and counted — the Idempotency-Key is the app's
+// defence against a redelivery.
+func TestTransitionCommitFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFaultyStore("commit")
+		app := &script{res: []forward.Result{ok}}
+		fx := newFixture(st, app, nil)
+		d := newRecDelivery("k")
+		fx.handler(true)(d)
+		wantOnly(t, d, "ack")
+		if st.count("commit") != 3 || event(fx.m, metrics.EventCommitFailed) != 1 || app.n() != 1 {
+			t.Fatalf("%d commits, %v commit_failed, %d forwards", st.count("commit"), event(fx.m, metrics.EventCommitFailed), app.n())
+		}
+	})
+}
+
+// takeover is an app that runs longer than the lease while another
+// replica takes the key over once the lease expired.
+type takeover struct {
+	st   *seenset.Memory
+	runs time.Duration
+}
+
+func (a takeover) Do(ctx context.Context, r forward.Request) forward.Result {
+	time.Sleep(a.runs)
+	// By now the lease could not be renewed (renew fails below) and
+	// expired; another replica claimed the key.
+	if _, err := a.st.Claim(ctx, stored+r.IdempotencyKey, "other-replica", time.Hour); err != nil {
+		panic(err)
+	}
+	return ok
+}
+
+// A lease lost during the forward (renewals failed, another replica took
+// the key): counted, and the commit refused rather than overwriting the
+// other replica's claim; the app's success is acked.
+func TestTransitionLeaseLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFaultyStore("renew")
+		fx := newFixture(st, takeover{st: st.Memory, runs: time.Minute}, nil)
+		d := newRecDelivery("k")
+		fx.handler(true)(d)
+		wantOnly(t, d, "ack")
+		if n := event(fx.m, metrics.EventLeaseLost); n != 1 {
+			t.Fatalf("lease_lost %v, want 1 (the refused commit)", n)
+		}
+		s, err := st.Status(context.Background(), stored+"k")
+		if err != nil || s.State != seenset.Inflight || s.Token != "other-replica" {
+			t.Fatalf("key %+v %v: the other replica's claim must stand", s, err)
+		}
+	})
+}
+
+// Larger than max_body_bytes: never forwarded; dead-lettered with the
+// reason, or requeued (RabbitMQ without a dead letter).
+func TestTransitionBodyTooLarge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		app := &script{res: []forward.Result{ok}}
+		fx := newFixture(seenset.NewMemory(), app, func(o *pipeline.Options) { o.MaxBodyBytes = 8 })
+		d := newRecDelivery("k")
+		fx.handler(true)(d)
+		wantOnly(t, d, "dead_letter")
+		d2 := newRecDelivery("k2")
+		d2.dlErr = broker.ErrNoDeadLetter
+		fx.handler(true)(d2)
+		wantOnly(t, d2, "requeue")
+		if app.n() != 0 || event(fx.m, metrics.EventBodyTooLarge) != 2 {
+			t.Fatalf("%d forwards, %v body_too_large", app.n(), event(fx.m, metrics.EventBodyTooLarge))
+		}
+	})
+}
+
+// gate is a Gate an operator opens by hand.
+type gate struct {
+	mu   sync.Mutex
+	open chan struct{}
+}
+
+func (g *gate) Open() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open
+}
+
+// While the app is down (the gate is shut) the message waits before its
+// claim — nothing claimed, forwarded or retried — and goes on when the
+// app is back.
+func TestTransitionGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := seenset.NewMemory()
+		app := &script{res: []forward.Result{ok}}
+		g := &gate{open: make(chan struct{})}
+		fx := newFixture(st, app, func(o *pipeline.Options) { o.Gate = g })
+		d := newRecDelivery("k")
+		done := make(chan struct{})
+		go func() { fx.handler(true)(d); close(done) }()
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if app.n() != 0 || len(d.settled()) != 0 || keyState(t, st, "k") != seenset.Absent {
+			t.Fatalf("while shut: %d forwards, settled %v, key %s", app.n(), d.settled(), keyState(t, st, "k"))
+		}
+		close(g.open)
+		<-done
+		wantOnly(t, d, "ack")
+		if app.n() != 1 || event(fx.m, metrics.EventAppWait) != 1 {
+			t.Fatalf("%d forwards, %v app_wait", app.n(), event(fx.m, metrics.EventAppWait))
+		}
+	})
+}
+
+// Abort while a message waits for its retry backoff: requeued at once,
+// never dead-lettered, its key free (the last request was answered).
+func TestTransitionAbortWhileWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := seenset.NewMemory()
+		app := &script{res: []forward.Result{unavailable}}
+		fx := newFixture(st, app, func(o *pipeline.Options) { o.BackoffInitial, o.BackoffMax = time.Hour, time.Hour })
+		d := newRecDelivery("k")
+		done := make(chan struct{})
+		go func() { fx.handler(false)(d); close(done) }()
+		time.Sleep(time.Minute)
+		fx.p.Abort()
+		<-done
+		wantOnly(t, d, "requeue")
+		if app.n() != 1 || keyState(t, st, "k") != seenset.Absent {
+			t.Fatalf("%d forwards, key %s", app.n(), keyState(t, st, "k"))
+		}
+	})
+}
+
+// A busy key: RabbitMQ requeues at once (another delivery finds it done
+// later); Kafka waits busy_delay and claims again, in place, until the
+// other owner lets go.
+func TestTransitionBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := seenset.NewMemory()
+		ctx := context.Background()
+		if _, err := st.Claim(ctx, stored+"k", "other-replica", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		app := &script{res: []forward.Result{ok}}
+		fx := newFixture(st, app, nil)
+		r := newRecDelivery("k")
+		fx.handler(true)(r)
+		wantOnly(t, r, "requeue")
+
+		k := newRecDelivery("k")
+		var released atomic.Bool
+		go func() {
+			time.Sleep(10 * time.Second)
+			released.Store(true)
+			_ = st.Release(ctx, stored+"k", "other-replica")
+		}()
+		fx.handler(false)(k)
+		wantOnly(t, k, "ack")
+		if !released.Load() || app.n() != 1 || event(fx.m, metrics.EventBusy) < 10 {
+			t.Fatalf("released %v, %d forwards, %v busy events", released.Load(), app.n(), event(fx.m, metrics.EventBusy))
+		}
+	})
+}

@@ -1,0 +1,375 @@
+package pipeline
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+// A delivery's trip, in one place:
+//
+//	identify (size, key)
+//	  └─ acquire ─┬─ claimed ──▶ attempt ──▶ settle ─┬─ settled: done
+//	              ├─ duplicate ─▶ ack                └─ again: acquire
+//	              ├─ busy ──────▶ requeue (RabbitMQ) | wait, acquire (Kafka)
+//	              └─ stop ──────▶ (already requeued or given up)
+//
+// A message without a usable key, or with the store down and fail-open
+// on, is acquired "claimed" without the store (w.withStore false). The
+// batch path enters at acquire with a claim taken ahead (w.ahead).
+
+// work is one delivery's trip through the pipeline.
+type work struct {
+	p    *Pipeline
+	s    *source
+	d    broker.Delivery
+	m    *broker.Message
+	key  string // message key, "" when none
+	full string // "<consumer>:<key space>:<key>"
+	// identified: identify ran; why says why there is no key.
+	identified bool
+	why        string
+	// withStore: the key goes through the seen-set (false: no key, or
+	// fail-open after a store error).
+	withStore bool
+	// token is the claim the current attempt runs under.
+	token string
+	// attempt counts tries that reached the app; down counts consecutive
+	// tries that did not (refused, no socket), which never count.
+	attempt, down int
+	last          forward.Result
+	meta          []forward.Header
+	// group, when set (a batch), takes the commit and ack of a success,
+	// so that the next message's forward need not wait for them.
+	group *committer
+	// ahead is a claim taken ahead by the batch (ClaimMany), used by the
+	// first acquire if it is still good.
+	ahead     string
+	aheadTime time.Time
+	// prior is a token this message may hold a claim under already (a
+	// batch claim whose answer was lost): the first claim reuses it, and
+	// a claim under the same token is idempotent, so the message does not
+	// find its own lease busy.
+	prior string
+	// held is the token of the claim this message holds now ("" when
+	// none) and sent whether a request went out under it: after a panic
+	// only a claim whose request never left may be released.
+	held string
+	sent bool
+	// notBefore: the last request may still be running at the app (it
+	// timed out or was aborted), so the key is not claimed again before
+	// then — by the lease it was left with, by no replica.
+	notBefore time.Time
+	settled   bool
+}
+
+type acquired int
+
+const (
+	claimed   acquired = iota // forward under w.token (or without the store)
+	duplicate                 // processed already: ack without forwarding
+	busy                      // another owner holds the key
+	stop                      // settled already (requeued, given up); nothing left to do
+)
+
+// next is what settle leaves to the caller.
+type next int
+
+const (
+	settled next = iota // the delivery is settled (or handed to the committer)
+	again               // acquire and forward once more
+)
+
+// problem is what identify found wrong with a message.
+type problem int
+
+const (
+	fine problem = iota
+	tooLarge
+	noKey
+)
+
+// identify checks the size and extracts the key, once.
+func (w *work) identify() problem {
+	if max := w.p.o.MaxBodyBytes; max > 0 && int64(len(w.m.Body)) > max {
+		return tooLarge
+	}
+	if !w.identified {
+		w.identified = true
+		w.key, w.why = w.s.Keys.Key(w.m)
+		if w.key != "" {
+			w.full = w.s.prefix + w.key
+			w.withStore = true
+		}
+	}
+	if w.key == "" {
+		return noKey
+	}
+	return fine
+}
+
+// halted reports whether the pipeline stops or the delivery was lost:
+// starting (or going on with) a forward would only delay the shutdown.
+func (w *work) halted() bool {
+	select {
+	case <-w.p.draining:
+		return true
+	case <-w.d.Lost():
+		return true
+	default:
+		return false
+	}
+}
+
+// run takes a delivery from the start.
+func (w *work) run() {
+	p := w.p
+	if w.halted() {
+		w.releasePrior()
+		w.requeue("stopping, or the delivery was lost")
+		return
+	}
+	switch w.identify() {
+	case tooLarge:
+		w.event(metrics.EventBodyTooLarge)
+		w.fail("body too large", slog.Int("bytes", len(w.m.Body)), slog.Int64("max", p.o.MaxBodyBytes))
+		w.giveUp(broker.DeadLetterInfo{Reason: "body too large"}, false)
+		return
+	case noKey:
+		w.event(metrics.EventNoKey)
+		p.log.Info("no usable key", w.attrs(slog.String("why", w.why))...)
+		if w.s.DeadLetterMissingKey {
+			w.giveUp(broker.DeadLetterInfo{Reason: "no key: " + w.why}, false)
+			return
+		}
+		// Fail-open: work that cannot be identified is never dropped.
+	}
+	w.loop()
+}
+
+// loop is acquire → attempt → settle until the delivery is settled.
+func (w *work) loop() {
+	for {
+		switch w.acquire() {
+		case stop:
+			return
+		case duplicate:
+			w.ack(metrics.Duplicate)
+			return
+		case busy:
+			w.event(metrics.EventBusy)
+			// RabbitMQ: give it back; another delivery (or this one
+			// later) finds it done or free. Kafka: the partition waits.
+			if w.s.Requeues || !w.wait(w.p.o.BusyDelay) {
+				w.requeue("key busy on another replica")
+				return
+			}
+			continue
+		}
+		if w.settle(w.forward()) == settled {
+			return
+		}
+	}
+}
+
+// acquire makes the message ready to forward: the app is up (gate), the
+// last request can no longer be running, and the key is claimed.
+func (w *work) acquire() acquired {
+	p := w.p
+	if tok := w.ahead; tok != "" {
+		w.ahead = ""
+		w.token, w.held, w.sent = tok, tok, false
+		return claimed
+	}
+	if !w.waitGate() {
+		w.requeue("stopped while the app was down")
+		return stop
+	}
+	if !w.withStore {
+		w.token = ""
+		return claimed
+	}
+	if !w.notBefore.IsZero() {
+		if !w.wait(time.Until(w.notBefore)) {
+			w.requeue("stopped while the last request may still run at the app")
+			return stop
+		}
+		w.notBefore = time.Time{}
+	}
+	for {
+		token := w.prior
+		w.prior = ""
+		if token == "" {
+			token = p.newToken()
+		}
+		res, err := w.claim(token)
+		switch {
+		case err == nil:
+		case errors.Is(err, seenset.ErrKeyUnusable):
+			w.event(metrics.EventStoreKeyError)
+			w.fail("seen-set entry of the key is unusable; an operator must remove it (keys forget)", slog.String("err", err.Error()))
+			if w.giveUp(broker.DeadLetterInfo{Reason: "seen-set key unusable", LastError: err.Error()}, true) == settled {
+				return stop
+			}
+			// Held (Kafka, no dead letter): try the key again, slowly,
+			// until an operator removed what is under it.
+			if !w.wait(p.o.BackoffMax) {
+				w.requeue("stopped while the key was unusable")
+				return stop
+			}
+			continue
+		case errors.Is(err, seenset.ErrUnavailable) && p.o.FailOpenOnStoreError:
+			w.event(metrics.EventStoreFailOpen)
+			p.log.Warn("seen-set unavailable, forwarding without dedupe (on_store_error: forward)", w.attrs(slog.String("err", err.Error()))...)
+			w.withStore, w.token = false, ""
+			return claimed
+		default:
+			w.requeue("interrupted while the seen-set was unavailable")
+			return stop
+		}
+		switch res {
+		case seenset.Duplicate:
+			return duplicate
+		case seenset.Busy:
+			return busy
+		}
+		w.token, w.held, w.sent = token, token, false
+		return claimed
+	}
+}
+
+// useAhead decides whether a claim the batch took ahead can be forwarded
+// under now, and leaves it in w.ahead when it can. When it cannot, the
+// message takes the slow path: the claim is released (the app is down),
+// left in w.prior (perhaps still ours: reused by the next claim; released
+// by run if it stops), or lost (no longer ours).
+func (w *work) useAhead(token string, claimedAt time.Time) bool {
+	p := w.p
+	if w.halted() {
+		w.prior = token
+		return false
+	}
+	if !w.gateOpen() {
+		w.release(token)
+		return false
+	}
+	// Claimed while earlier messages were forwarded: a lease older than
+	// a third of its life is renewed first, as a forward would.
+	if time.Since(claimedAt) > p.o.Lease/3 {
+		if err := w.renew(token); err != nil {
+			if !errors.Is(err, seenset.ErrNotOwner) {
+				w.prior = token
+			}
+			return false
+		}
+	}
+	w.ahead = token
+	return true
+}
+
+// settle does what the app's answer asks: commit and ack a success, give
+// up on a permanent failure, retry a retryable one.
+func (w *work) settle(res forward.Result) next {
+	p := w.p
+	w.last = res
+	switch res.Outcome {
+	case forward.Success:
+		if w.withStore && w.group != nil {
+			w.held = ""
+			w.group.add(w, w.token)
+			return settled
+		}
+		if w.withStore {
+			w.commit(w.token)
+		}
+		w.ack(metrics.Forwarded)
+		return settled
+	case forward.Permanent:
+		w.releaseClaim()
+		w.fail("app answered permanent failure", slog.Int("attempt", w.attempt))
+		return w.giveUp(w.info("permanent: "+res.Reason, w.attempt), true)
+	}
+	// Retryable.
+	if w.withStore {
+		if res.MayBeRunning {
+			w.keepClaim(w.token)
+		} else {
+			w.releaseClaim()
+		}
+	}
+	if p.hard.Err() != nil {
+		w.requeue("shutdown timeout reached during the forward")
+		return settled
+	}
+	if res.Unreachable {
+		// The app is not there (refused, no socket): the message has not
+		// failed, so this try does not count towards max_attempts — it
+		// waits unacked until the app is back instead of being
+		// dead-lettered by a restart.
+		w.attempt--
+		w.down++
+	} else {
+		w.down = 0
+	}
+	if w.attempt >= p.o.MaxAttempts {
+		w.fail("retries exhausted", slog.Int("attempt", w.attempt))
+		return w.giveUp(w.info("max attempts: "+res.Reason, w.attempt), true)
+	}
+	w.event(metrics.EventRetry)
+	p.log.Info("app failed, will retry", w.attrs(slog.Int("attempt", w.attempt), slog.String("reason", res.Reason))...)
+	if !w.wait(p.backoff(max(w.attempt, w.down), res.RetryAfter)) {
+		w.requeue("stopped while waiting to retry")
+		return settled
+	}
+	return again
+}
+
+// releaseClaim releases the current claim, if the forward had one.
+func (w *work) releaseClaim() {
+	if w.withStore {
+		w.release(w.token)
+	}
+}
+
+// giveUp dead-letters the message. When the source has no dead letter,
+// or the dead-letter write fails, the message is not lost: RabbitMQ gets
+// it requeued after a backoff; Kafka holds the partition. It returns
+// again when the caller should try the message once more — Kafka without
+// a dead-letter topic, for a failure that may clear (canRetry: the app
+// may be fixed, an operator may remove an unusable key).
+func (w *work) giveUp(info broker.DeadLetterInfo, canRetry bool) next {
+	p := w.p
+	err := w.deadLetter(info)
+	if err == nil {
+		return settled
+	}
+	noDestination := errors.Is(err, broker.ErrNoDeadLetter)
+	if !w.wait(p.backoff(max(w.attempt, 1), 0)) {
+		w.requeue("stopped")
+		return settled
+	}
+	if w.s.Requeues {
+		w.requeue("not dead-lettered: " + info.Reason)
+		return settled
+	}
+	if noDestination && canRetry {
+		return again
+	}
+	// A dead-letter topic exists but the write failed, or the message can
+	// never be forwarded (too large, no key): retry only the dead letter,
+	// never the app, while the partition holds.
+	for {
+		if w.deadLetter(info) == nil {
+			return settled
+		}
+		if !w.wait(p.o.BackoffMax) {
+			w.requeue("stopped")
+			return settled
+		}
+	}
+}
