@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -58,7 +59,11 @@ func (d *Daemon) startAdmin() error {
 	}
 	d.adminLn = ln
 	d.admin = defaultAdminLimits().server(d.adminHandler())
-	go func() { _ = d.admin.Serve(ln) }()
+	go func() {
+		if err := d.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("admin listener stopped: /healthz, /readyz and /metrics are gone", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
 	return nil
 }
 

@@ -75,7 +75,17 @@ type source struct {
 }
 
 // New builds a Daemon; nothing connects until Run.
-func New(cfg *config.Config, deps Deps) (*Daemon, error) {
+func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
+	// What New built is undone in reverse order when a later step fails,
+	// as each step registers its own cleanup once it succeeded.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
 	d := &Daemon{cfg: cfg, log: deps.Logger, store: deps.Store, reg: deps.Registry, abortGrace: defaultAbortGrace}
 	if d.log == nil {
 		d.log = NewLogger(cfg.Log, nil)
@@ -92,6 +102,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 			return nil, err
 		}
 		d.store, d.ownStore = st, true
+		undo = append(undo, func() { _ = st.Close() })
 	}
 	d.durable = newDurabilityCheck(d.store, d.log, d.metrics)
 	fwd, err := forward.New(forward.Config{
@@ -105,10 +116,10 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		UserAgent:        "dedupe-proxy/" + Version,
 	})
 	if err != nil {
-		d.closeStore()
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	d.fwd = fwd
+	undo = append(undo, fwd.Close)
 	var gate pipeline.Gate
 	if cfg.App.HealthURL != "" {
 		d.health = newAppHealth(func(ctx context.Context) error { return fwd.Probe(ctx, cfg.App.HealthURL) },
@@ -117,7 +128,6 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	}
 	token, err := admin.LoadToken(cfg.Admin)
 	if err != nil {
-		d.closeStore()
 		return nil, err
 	}
 	if token != "" {
@@ -150,12 +160,11 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	for _, sc := range cfg.Sources {
 		src, err := d.newSource(sc)
 		if err != nil {
-			d.closeStore()
 			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
 		}
+		undo = append(undo, func() { _ = src.Close() })
 		ex, err := keys.Parse(sc.Key)
 		if err != nil {
-			d.closeStore()
 			return nil, fmt.Errorf("source %s key: %w", sc.Name, err)
 		}
 		so := pipeline.SourceOptions{

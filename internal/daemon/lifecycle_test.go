@@ -5,9 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
@@ -82,4 +85,18 @@ func TestShutdownAbortWaitIsBounded(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return: the wait after Abort is unbounded")
 	}
+}
+
+// A New that fails half-way undoes what it built — the Redis store with
+// its batcher goroutines, the app's connection pool, the sources — so a
+// caller that retries New leaks nothing.
+func TestNewFailureUndoesWhatItBuilt(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Admin.TokenFile = filepath.Join(t.TempDir(), "missing") })
+	opts := goleak.IgnoreCurrent()
+	for range 3 {
+		if _, err := New(&h.cfg, Deps{Logger: testLogger(t)}); err == nil || !strings.Contains(err.Error(), "admin.token_file") {
+			t.Fatalf("New = %v, want the token file's error", err)
+		}
+	}
+	goleak.VerifyNone(t, opts)
 }
