@@ -70,8 +70,10 @@ func (s *Source) kgoOpts() []kgo.Opt {
 	if s.o.IsolationLevel == IsolationReadUncommitted {
 		level = kgo.ReadUncommitted()
 	}
+	// From 100ms, as the kafka-go reader retried: a cut connection is
+	// usually back at once.
 	backoff := func(tries int) time.Duration {
-		d := s.o.RetryBackoff
+		d := min(100*time.Millisecond, s.o.RetryBackoff)
 		for i := 1; i < tries && d < s.o.RetryBackoffMax; i++ {
 			d *= 2
 		}
