@@ -141,6 +141,7 @@ type Kafka struct {
 	Topics            []string      `mapstructure:"topics"`
 	Group             string        `mapstructure:"group"`
 	StartOffset       string        `mapstructure:"start_offset"`
+	IsolationLevel    string        `mapstructure:"isolation_level"`
 	Ordering          string        `mapstructure:"ordering"`
 	MaxInFlight       int           `mapstructure:"max_in_flight"`
 	BatchSize         int           `mapstructure:"batch_size"`
@@ -231,6 +232,7 @@ func DefaultSource() Source {
 		Kafka: Kafka{
 			Brokers:           []string{"127.0.0.1:9092"},
 			StartOffset:       "earliest",
+			IsolationLevel:    "read_committed",
 			Ordering:          "partition",
 			MaxInFlight:       64,
 			BatchSize:         32,

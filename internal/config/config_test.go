@@ -185,6 +185,7 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 		{"sources[1].kafka.group", func(c *Config) { c.Sources[1].Kafka.Group = "" }},
 		{"sources[1].kafka.start_offset", func(c *Config) { c.Sources[1].Kafka.StartOffset = "middle" }},
 		{"sources[1].kafka.ordering", func(c *Config) { c.Sources[1].Kafka.Ordering = "none" }},
+		{"sources[1].kafka.isolation_level", func(c *Config) { c.Sources[1].Kafka.IsolationLevel = "read_some" }},
 		{"sources[1].kafka.heartbeat_interval", func(c *Config) { c.Sources[1].Kafka.HeartbeatInterval = 5 * time.Second }},
 		{"sources[1].kafka.sasl", func(c *Config) { c.Sources[1].Kafka.SASL.Mechanism = "plain" }},
 		{"sources[1].kafka.sasl.mechanism", func(c *Config) { c.Sources[1].Kafka.SASL.Mechanism = "gssapi" }},

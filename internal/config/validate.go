@@ -203,6 +203,7 @@ func (s *Source) validate(at string, p *problems) {
 			p.add(at+".group", "must be set")
 		}
 		p.oneOf(at+".start_offset", k.StartOffset, "earliest", "latest")
+		p.oneOf(at+".isolation_level", k.IsolationLevel, "read_committed", "read_uncommitted")
 		p.oneOf(at+".ordering", k.Ordering, "partition", "key")
 		p.atLeast(at+".max_in_flight", k.MaxInFlight, 1)
 		p.atLeast(at+".batch_size", k.BatchSize, 1)

@@ -230,6 +230,7 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 			Topics:            k.Topics,
 			Group:             k.Group,
 			StartOffset:       k.StartOffset,
+			IsolationLevel:    k.IsolationLevel,
 			Ordering:          k.Ordering,
 			MaxInFlight:       k.MaxInFlight,
 			BatchSize:         k.BatchSize,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
@@ -627,4 +628,63 @@ func TestKafkaBacklogBatches(t *testing.T) {
 	}
 	t.Logf("%v claim round trips for 300 messages", claims)
 	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committedTotal() == 300 })
+}
+
+// isolation_level reaches the source: by default an aborted transaction's
+// records are never forwarded, with read_uncommitted they are; the
+// transaction markers never are.
+func TestKafkaIsolationLevel(t *testing.T) {
+	for _, tc := range []struct {
+		level string
+		want  string
+	}{
+		{"", "[b0 b1 c]"},
+		{"read_uncommitted", "[a0 a1 b0 b1 c]"},
+	} {
+		t.Run("level="+tc.level, func(t *testing.T) {
+			h := newKafkaHarness(t, 1, func(c *config.Config) {
+				if tc.level != "" {
+					c.Sources[0].Kafka.IsolationLevel = tc.level
+				}
+			})
+			cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.Addrs...), kgo.TransactionalID(testutil.UniqueName("dptest-tx-")),
+				kgo.DefaultProduceTopic(kTopic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx := context.Background()
+			for _, txn := range []struct {
+				ids    []string
+				commit bool
+			}{{[]string{"a0", "a1"}, false}, {[]string{"b0", "b1"}, true}} {
+				if err := cl.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
+				for _, id := range txn.ids {
+					r := &kgo.Record{Value: envelope(id, ""), Headers: []kgo.RecordHeader{{Key: "bq-message-id", Value: []byte(id)}}}
+					if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(txn.commit)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.produce(kmsg(0, "", "c", ""))
+			p := h.start()
+			// a0 a1 abort-marker b0 b1 commit-marker c
+			testutil.Eventually(t, 15*time.Second, "committed to the end", func() bool { return h.committed()[0] == 7 })
+			var got []string
+			for _, r := range h.app.Requests() {
+				got = append(got, r.Header.Get("Idempotency-Key"))
+			}
+			if fmt.Sprint(got) != tc.want {
+				t.Fatalf("forwarded %q, want %s", got, tc.want)
+			}
+			if n := p.result(t, "forwarded"); n != float64(len(got)) {
+				t.Fatalf("forwarded metric %v, app saw %d", n, len(got))
+			}
+		})
+	}
 }

@@ -3,9 +3,14 @@
 // visible instead of hidden inside a Reader.
 //
 // Per generation, every assigned partition gets its own goroutine (started
-// with Generation.Start, whose context ends on revocation) reading with a
-// partition Reader from the offset the group holds — FetchMessage only,
-// nothing is committed by kafka-go on its own. Partitions run in parallel.
+// with Generation.Start, whose context ends on revocation) reading from the
+// offset the group holds with its own franz-go (kgo) client, which consumes
+// that one partition and nothing else: no group, no commits of its own.
+// kgo and not a kafka-go Reader because only kgo honours the isolation
+// level: with IsolationReadCommitted (the default) records of aborted
+// transactions never reach the handler and an open transaction's records
+// wait until it ends; transaction markers are never handed out at either
+// level. Partitions run in parallel.
 //
 // Ordering. OrderingPartition (the default) hands a partition's messages
 // to the handler in offset order: to a BatchHandler (RunBatches) up to
@@ -45,6 +50,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +63,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+	kgosasl "github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
@@ -84,6 +92,9 @@ type Options struct {
 	// StartOffset is where a partition without a committed offset starts:
 	// StartEarliest (default) or StartLatest.
 	StartOffset string
+	// IsolationLevel is IsolationReadCommitted (default) or
+	// IsolationReadUncommitted.
+	IsolationLevel string
 	// Ordering is OrderingPartition (default) or OrderingKey.
 	Ordering string
 	// MaxInFlight (OrderingKey) bounds the messages of the source at the
@@ -134,6 +145,9 @@ type Source struct {
 	transport *kafkago.Transport
 	writer    *kafkago.Writer
 	start     int64
+	// tls and kgoSASL configure the partition readers' kgo clients.
+	tls     *tls.Config
+	kgoSASL kgosasl.Mechanism
 
 	// slots bounds the handlers running at once in OrderingKey.
 	slots chan struct{}
@@ -160,7 +174,7 @@ var _ broker.Source = (*Source)(nil)
 
 // New returns a Source; it connects when Run is called. It fails only on
 // options that can never work (a TLS file that cannot be read, an unknown
-// SASL mechanism).
+// SASL mechanism or isolation level, a broker address kgo cannot parse).
 func New(o Options) (*Source, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -173,6 +187,9 @@ func New(o Options) (*Source, error) {
 	}
 	if o.Ordering == "" {
 		o.Ordering = OrderingPartition
+	}
+	if o.IsolationLevel == "" {
+		o.IsolationLevel = IsolationReadCommitted
 	}
 	defaultInt(&o.MaxInFlight, 64)
 	defaultInt(&o.BatchSize, 32)
@@ -197,6 +214,11 @@ func New(o Options) (*Source, error) {
 	default:
 		return nil, fmt.Errorf("kafka: unknown ordering %q", o.Ordering)
 	}
+	switch o.IsolationLevel {
+	case IsolationReadCommitted, IsolationReadUncommitted:
+	default:
+		return nil, fmt.Errorf("kafka: unknown isolation level %q", o.IsolationLevel)
+	}
 	var start int64
 	switch o.StartOffset {
 	case StartEarliest:
@@ -218,10 +240,12 @@ func New(o Options) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{
-		o:     o,
-		log:   o.Logger.With("source", o.Name, "group", o.Group),
-		m:     o.Metrics,
-		start: start,
+		o:       o,
+		log:     o.Logger.With("source", o.Name, "group", o.Group),
+		m:       o.Metrics,
+		start:   start,
+		tls:     tlsCfg,
+		kgoSASL: o.SASL.kgoMechanism(),
 		dialer: &kafkago.Dialer{
 			ClientID:      o.ClientID,
 			Timeout:       o.NetworkTimeout,
@@ -236,6 +260,9 @@ func New(o Options) (*Source, error) {
 		commitFail: o.Metrics.KafkaCommitFail.WithLabelValues(o.Name),
 		connected:  o.Metrics.Connected.WithLabelValues(o.Name),
 		reconnects: o.Metrics.Reconnects.WithLabelValues(o.Name),
+	}
+	if err := kgo.ValidateOpts(s.kgoOpts()...); err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	if o.DeadLetterTopic != "" {
 		s.transport = &kafkago.Transport{

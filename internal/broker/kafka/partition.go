@@ -2,11 +2,9 @@ package kafka
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	kafkago "github.com/segmentio/kafka-go"
@@ -32,9 +30,14 @@ type partition struct {
 	lanes map[string]*lane
 	laneW sync.WaitGroup
 
-	heldMu  sync.Mutex
-	held    int // deliveries currently held (no dead letter possible)
+	heldMu sync.Mutex
+	held   int // deliveries currently held (no dead letter possible)
+
+	// failing is set by the fetch loop and by the reader's kgo client,
+	// whose hook reports connection and fetch failures it retries itself.
+	failMu  sync.Mutex
 	failing bool
+	stopped bool // the partition stopped: nothing is reported any more
 }
 
 type lane struct {
@@ -68,22 +71,15 @@ func (p *partition) run(genCtx context.Context, h broker.BatchHandler) {
 	stop := context.AfterFunc(genCtx, cancel)
 	defer stop()
 
-	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers:        s.o.Brokers,
-		Topic:          p.topic,
-		Partition:      p.id,
-		Dialer:         s.dialer,
-		MinBytes:       1,
-		MaxBytes:       10 << 20,
-		MaxWait:        s.o.FetchMaxWait,
-		QueueCapacity:  max(100, s.o.MaxInFlight),
-		ReadBackoffMin: 100 * time.Millisecond,
-		ReadBackoffMax: s.o.RetryBackoffMax,
-		Logger:         kafkaLogger(s.log, slog.LevelDebug),
-		ErrorLogger:    kafkaLogger(s.log, slog.LevelInfo),
-	})
-	defer r.Close()
-	_ = r.SetOffset(p.start) // fails only on a closed reader
+	r := p.startReader(ctx)
+	if r == nil {
+		p.stopFailing()
+		return
+	}
+	defer r.close()
+	// Runs before r.close: a failure kgo reports while closing is not
+	// the partition's any more.
+	defer p.stopFailing()
 
 	if s.o.Ordering == OrderingKey {
 		for ctx.Err() == nil {
@@ -100,22 +96,44 @@ func (p *partition) run(genCtx context.Context, h broker.BatchHandler) {
 	} else {
 		p.runInOrder(ctx, cancel, r, h)
 	}
-	p.setFailing(false)
+}
+
+// startReader creates the partition's reader; nil once ctx ended. Creating
+// one fails only on options kgo refuses, which New has already checked;
+// should it fail anyway the partition reports it and keeps trying rather
+// than sit silently unread.
+func (p *partition) startReader(ctx context.Context) *reader {
+	s := p.s
+	backoff := s.o.RetryBackoff
+	for ctx.Err() == nil {
+		r, err := p.newReader()
+		if err == nil {
+			return r
+		}
+		p.setFailing(true)
+		s.log.Error("kafka partition reader cannot start, retrying", "topic", p.topic, "partition", p.id, "err", err, "retry_in", backoff.String())
+		if !sleepCtx(ctx, backoff) {
+			break
+		}
+		backoff = min(backoff*2, s.o.RetryBackoffMax)
+	}
+	return nil
 }
 
 // fetch returns the next message to hand out, retrying failed fetches;
 // false once ctx ended. A message it returns is tracked as unfinished.
-func (p *partition) fetch(ctx context.Context, r *kafkago.Reader) (kafkago.Message, bool) {
+func (p *partition) fetch(ctx context.Context, r *reader) (kafkago.Message, bool) {
 	s := p.s
 	backoff := s.o.RetryBackoff
 	for ctx.Err() == nil {
-		m, err := r.FetchMessage(ctx)
+		m, hwm, err := r.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			// Connection resets and leader moves are transient: the
-			// reader reconnects by itself; keep asking.
+			// What kgo hands back (an authorization or a data-loss
+			// error, say) may clear up; the client keeps fetching, so
+			// keep asking.
 			p.setFailing(true)
 			s.log.Warn("kafka fetch failed, retrying", "topic", p.topic, "partition", p.id, "err", err, "retry_in", backoff.String())
 			if !sleepCtx(ctx, backoff) {
@@ -129,8 +147,8 @@ func (p *partition) fetch(ctx context.Context, r *kafkago.Reader) (kafkago.Messa
 		if !p.track.add(m.Offset) {
 			continue
 		}
-		if m.HighWaterMark > p.hwm.Load() {
-			p.hwm.Store(m.HighWaterMark)
+		if hwm > p.hwm.Load() {
+			p.hwm.Store(hwm)
 			p.updateLag()
 		}
 		if ctx.Err() != nil {
@@ -146,7 +164,7 @@ func (p *partition) fetch(ctx context.Context, r *kafkago.Reader) (kafkago.Messa
 // runInOrder (OrderingPartition) fetches on its own goroutine, so that
 // whatever arrived while the handler was busy is handed over at once as
 // one batch of up to BatchSize messages, in offset order.
-func (p *partition) runInOrder(ctx context.Context, cancel context.CancelFunc, r *kafkago.Reader, h broker.BatchHandler) {
+func (p *partition) runInOrder(ctx context.Context, cancel context.CancelFunc, r *reader, h broker.BatchHandler) {
 	size := p.s.o.BatchSize
 	msgs := make(chan kafkago.Message, size)
 	fetched := make(chan struct{})
@@ -347,12 +365,30 @@ func (p *partition) updateLag() {
 	p.lag.Set(float64(max(hwm-base, 0)))
 }
 
-// setFailing is called by the fetch loop only.
-func (p *partition) setFailing(v bool) {
+// setFailing records whether the partition's fetching fails; false once
+// the partition stopped.
+func (p *partition) setFailing(v bool) bool {
+	p.failMu.Lock()
+	defer p.failMu.Unlock()
+	if p.stopped {
+		return false
+	}
 	if v || p.failing {
 		p.s.fetchFailed(p, v)
 	}
 	p.failing = v
+	return true
+}
+
+// stopFailing clears the partition's failure for good: a stopped
+// partition does not keep the source unready.
+func (p *partition) stopFailing() {
+	p.failMu.Lock()
+	defer p.failMu.Unlock()
+	if p.failing {
+		p.s.fetchFailed(p, false)
+	}
+	p.failing, p.stopped = false, true
 }
 
 // hold records that a message of this partition cannot be dead-lettered:

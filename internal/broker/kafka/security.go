@@ -9,6 +9,9 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
+	kgosasl "github.com/twmb/franz-go/pkg/sasl"
+	kgoplain "github.com/twmb/franz-go/pkg/sasl/plain"
+	kgoscram "github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // SASL authenticates to the brokers. Mechanism is "" (off), "plain",
@@ -37,6 +40,20 @@ func (s SASL) mechanism() (sasl.Mechanism, error) {
 		return m, nil
 	}
 	return nil, fmt.Errorf("kafka sasl: unknown mechanism %q", s.Mechanism)
+}
+
+// kgoMechanism is the same mechanism for the partition readers' kgo
+// clients; mechanism has validated it.
+func (s SASL) kgoMechanism() kgosasl.Mechanism {
+	switch s.Mechanism {
+	case "plain":
+		return kgoplain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()
+	case "scram-sha-256":
+		return kgoscram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()
+	case "scram-sha-512":
+		return kgoscram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()
+	}
+	return nil
 }
 
 // TLS encrypts the connections to the brokers. CAFile replaces the system
