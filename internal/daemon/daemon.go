@@ -200,8 +200,6 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 	switch sc.Type {
 	case "rabbitmq":
 		r := sc.RabbitMQ
-		connected := d.metrics.Connected.WithLabelValues(sc.Name)
-		reconnects := d.metrics.Reconnects.WithLabelValues(sc.Name)
 		return rabbitmq.New(rabbitmq.Options{
 			Name:                 sc.Name,
 			URL:                  r.URL,
@@ -215,12 +213,7 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 			DeadLetterExchange:   r.DeadLetter.Exchange,
 			DeadLetterRoutingKey: r.DeadLetter.RoutingKey,
 			Logger:               d.log,
-			OnConnect: func(reconnect bool) {
-				connected.Set(1)
-				if reconnect {
-					reconnects.Inc()
-				}
-			},
+			Metrics:              d.metrics.ForSource(sc.Name),
 		}), nil
 	case "kafka":
 		k := sc.Kafka
@@ -244,7 +237,7 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 			TLS: kafkasrc.TLS{Enabled: k.TLS.Enabled, CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile,
 				KeyFile: k.TLS.KeyFile, InsecureSkipVerify: k.TLS.InsecureSkipVerify},
 			Logger:  d.log,
-			Metrics: d.metrics,
+			Metrics: d.metrics.ForSource(sc.Name),
 		})
 	}
 	return nil, fmt.Errorf("unknown source type %q", sc.Type)

@@ -180,10 +180,32 @@ func (m *Metrics) InitSource(source, kind string) {
 	}
 }
 
+// SourceMetrics is what one broker source writes, whatever its broker:
+// a small handle with its series bound once. The Kafka fields are for
+// Kafka sources; a RabbitMQ source leaves them alone.
+type SourceMetrics struct {
+	Reconnects     prometheus.Counter
+	Commits        prometheus.Counter
+	CommitFailures prometheus.Counter
+	PartitionsHeld prometheus.Gauge
+	// Lag is curried by source: label it with topic and partition.
+	Lag *prometheus.GaugeVec
+}
+
+// ForSource returns the handle of source name.
+func (m *Metrics) ForSource(name string) *SourceMetrics {
+	return &SourceMetrics{
+		Reconnects:     m.Reconnects.WithLabelValues(name),
+		Commits:        m.KafkaCommits.WithLabelValues(name),
+		CommitFailures: m.KafkaCommitFail.WithLabelValues(name),
+		PartitionsHeld: m.PartitionHeld.WithLabelValues(name),
+		Lag:            m.KafkaLag.MustCurryWith(prometheus.Labels{"source": name}),
+	}
+}
+
 // SetConnectedProbe makes every collection of dedupe_proxy_broker_connected
-// first ask probe, per source, whether it is connected. Sources set the
-// gauge to 1 when they connect; the probe is what brings it back to 0 when
-// a connection is lost, whichever source type lost it.
+// first ask probe, per source, whether it is connected: the probe is the
+// gauge's only writer, so no source can leave it stale.
 func (m *Metrics) SetConnectedProbe(probe func(set func(source string, connected bool))) {
 	m.connected.mu.Lock()
 	m.connected.probe = probe

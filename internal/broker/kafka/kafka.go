@@ -133,14 +133,14 @@ type Options struct {
 	// DeadLetterTimeout bounds one dead-letter produce. Default 10s.
 	DeadLetterTimeout time.Duration
 	Logger            *slog.Logger
-	Metrics           *metrics.Metrics
+	Metrics           *metrics.SourceMetrics
 }
 
 // Source is one consumer-group member.
 type Source struct {
 	o         Options
 	log       *slog.Logger
-	m         *metrics.Metrics
+	m         *metrics.SourceMetrics
 	dialer    *kafkago.Dialer
 	transport *kafkago.Transport
 	writer    *kafkago.Writer
@@ -164,7 +164,6 @@ type Source struct {
 	held       prometheus.Gauge
 	commits    prometheus.Counter
 	commitFail prometheus.Counter
-	connected  prometheus.Gauge
 	reconnects prometheus.Counter
 
 	closeOnce sync.Once
@@ -180,7 +179,7 @@ func New(o Options) (*Source, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Metrics == nil {
-		o.Metrics = metrics.New(nil)
+		o.Metrics = metrics.New(nil).ForSource(o.Name)
 	}
 	if o.StartOffset == "" {
 		o.StartOffset = StartEarliest
@@ -255,11 +254,10 @@ func New(o Options) (*Source, error) {
 		},
 		slots:      make(chan struct{}, o.MaxInFlight),
 		fetchErr:   map[*partition]time.Time{},
-		held:       o.Metrics.PartitionHeld.WithLabelValues(o.Name),
-		commits:    o.Metrics.KafkaCommits.WithLabelValues(o.Name),
-		commitFail: o.Metrics.KafkaCommitFail.WithLabelValues(o.Name),
-		connected:  o.Metrics.Connected.WithLabelValues(o.Name),
-		reconnects: o.Metrics.Reconnects.WithLabelValues(o.Name),
+		held:       o.Metrics.PartitionsHeld,
+		commits:    o.Metrics.Commits,
+		commitFail: o.Metrics.CommitFailures,
+		reconnects: o.Metrics.Reconnects,
 	}
 	if err := kgo.ValidateOpts(s.kgoOpts()...); err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
@@ -437,14 +435,7 @@ func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
 	return nil
 }
 
-func (s *Source) setMember(v bool) {
-	s.member.Store(v)
-	if v {
-		s.connected.Set(1)
-	} else {
-		s.connected.Set(0)
-	}
-}
+func (s *Source) setMember(v bool) { s.member.Store(v) }
 
 // generation is one assignment: its partitions and their committer.
 type generation struct {
@@ -549,7 +540,7 @@ func (g *generation) commit(why string) {
 // owns them now, or nobody does.
 func (g *generation) release() {
 	for _, p := range g.parts {
-		g.s.m.KafkaLag.DeleteLabelValues(g.s.o.Name, p.topic, p.label)
+		g.s.m.Lag.DeleteLabelValues(p.topic, p.label)
 	}
 	g.s.log.Info("kafka partitions released", "generation", g.gen.ID, "partitions", len(g.parts))
 }

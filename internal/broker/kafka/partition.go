@@ -54,7 +54,7 @@ func newPartition(g *generation, topic string, id int, start int64) *partition {
 		label: label,
 		start: start,
 		track: newTracker(start),
-		lag:   g.s.m.KafkaLag.WithLabelValues(g.s.o.Name, topic, label),
+		lag:   g.s.m.Lag.WithLabelValues(topic, label),
 		lanes: map[string]*lane{},
 	}
 	p.hwm.Store(-1)

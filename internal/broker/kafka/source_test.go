@@ -37,7 +37,7 @@ func options(c *kafkatest.Cluster, topic string) kafka.Options {
 		RebalanceTimeout:  10 * time.Second,
 		RetryBackoff:      50 * time.Millisecond,
 		RetryBackoffMax:   500 * time.Millisecond,
-		Metrics:           metrics.New(nil),
+		Metrics:           metrics.New(nil).ForSource("orders"),
 	}
 }
 
@@ -515,7 +515,7 @@ func TestDeadLetterWithoutTopicHolds(t *testing.T) {
 			if !errors.Is(err, broker.ErrNoDeadLetter) {
 				panic(fmt.Sprintf("DeadLetter = %v", err))
 			}
-			if v := testutil.ToFloat64(m.PartitionHeld.WithLabelValues("orders")); v != 1 {
+			if v := testutil.ToFloat64(m.PartitionsHeld); v != 1 {
 				panic(fmt.Sprintf("held gauge = %v", v))
 			}
 			// The pipeline keeps retrying; here the handler gives it
@@ -526,7 +526,7 @@ func TestDeadLetterWithoutTopicHolds(t *testing.T) {
 		_ = d.Ack(context.Background())
 	})
 	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
-	if v := testutil.ToFloat64(m.PartitionHeld.WithLabelValues("orders")); v != 0 {
+	if v := testutil.ToFloat64(m.PartitionsHeld); v != 0 {
 		t.Fatalf("held gauge = %v after the message finished", v)
 	}
 }

@@ -119,8 +119,8 @@ func TestDeadLetterChannelReopensAfterChannelError(t *testing.T) {
 	if err := src.s.Ready(); err != nil {
 		t.Fatalf("Ready = %v after a dead letter went through", err)
 	}
-	if c := src.connects.Load(); c != 1 {
-		t.Fatalf("connected %d times: the connection was dropped to recover", c)
+	if c := src.reconnects(); c != 0 {
+		t.Fatalf("reconnected %v times: the connection was dropped to recover", c)
 	}
 	src.stop(t)
 	if got := r.Ready(q); got != 0 {

@@ -21,6 +21,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 )
 
 // Dead-letter modes.
@@ -46,8 +47,8 @@ type Options struct {
 	DeadLetterExchange   string
 	DeadLetterRoutingKey string
 	Logger               *slog.Logger
-	// OnConnect is called after every successful (re)connect; for metrics.
-	OnConnect func(reconnect bool)
+	// Metrics is the source's handle; nil: none.
+	Metrics *metrics.SourceMetrics
 }
 
 // Source consumes one queue.
@@ -207,8 +208,8 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 		return false, fmt.Errorf("consume queue %q: %w", s.o.Queue, err)
 	}
 	s.connected.Store(true)
-	if s.o.OnConnect != nil {
-		s.o.OnConnect(reconnect)
+	if reconnect && s.o.Metrics != nil {
+		s.o.Metrics.Reconnects.Inc()
 	}
 	s.log.Info("rabbitmq consuming", "prefetch", s.o.Prefetch, "workers", s.o.Workers, "reconnect", reconnect)
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,18 +13,19 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 // running is a Source consuming in the background for one test; its
 // worker hands every delivery to the test through dels.
 type running struct {
-	s        *rabbitmq.Source
-	dels     chan handed
-	quit     chan struct{} // closed by stop: workers stop waiting for the test
-	connects atomic.Int64  // OnConnect calls: more than 1 means it reconnected
-	cancel   context.CancelFunc
-	done     chan error
+	s      *rabbitmq.Source
+	dels   chan handed
+	quit   chan struct{}          // closed by stop: workers stop waiting for the test
+	m      *metrics.SourceMetrics // Reconnects above 0: it reconnected
+	cancel context.CancelFunc
+	done   chan error
 }
 
 // handed is a delivery passed from the source's worker to the test, which
@@ -47,10 +48,13 @@ func options(q string) rabbitmq.Options {
 	}
 }
 
+func (r *running) reconnects() float64 { return promtest.ToFloat64(r.m.Reconnects) }
+
 func start(t *testing.T, o rabbitmq.Options) *running {
 	t.Helper()
 	r := &running{dels: make(chan handed), quit: make(chan struct{}), done: make(chan error, 1)}
-	o.OnConnect = func(bool) { r.connects.Add(1) }
+	r.m = metrics.New(nil).ForSource(o.Name)
+	o.Metrics = r.m
 	r.s = rabbitmq.New(o)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -154,8 +158,8 @@ func TestSecondSettleReturnsErrAlreadySettled(t *testing.T) {
 	if err := src.s.Ready(); err != nil {
 		t.Fatalf("Ready = %v", err)
 	}
-	if c := src.connects.Load(); c != 1 {
-		t.Fatalf("connected %d times: the channel or connection was closed", c)
+	if c := src.reconnects(); c != 0 {
+		t.Fatalf("reconnected %v times: the channel or connection was closed", c)
 	}
 	// Stopping hands back whatever is unacked: nothing may be.
 	src.stop(t)
@@ -204,7 +208,7 @@ func TestConcurrentSettlesSettleOnce(t *testing.T) {
 		t.Fatalf("%d of %d racing settles went through, want 1", ok, n)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if c := src.connects.Load(); c != 1 || src.s.Ready() != nil {
-		t.Fatalf("connected %d times, Ready = %v: the channel was closed", c, src.s.Ready())
+	if c := src.reconnects(); c != 0 || src.s.Ready() != nil {
+		t.Fatalf("reconnected %v times, Ready = %v: the channel was closed", c, src.s.Ready())
 	}
 }
