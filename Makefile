@@ -18,7 +18,7 @@ test: ## Unit and end-to-end tests (race detector) against the local RabbitMQ an
 	go test $(TEST_FLAGS) ./...
 
 demo: build ## End-to-end demo: 1,000 envelopes, 30% duplicates, through the real broker and Redis
-	go run ./cmd/demo --proxy $(BIN)
+	go run ./tools/demo --proxy $(BIN)
 
 vet: ## go vet
 	go vet ./...
@@ -33,7 +33,7 @@ check: ## Everything CI runs: gofmt, vet, tests, the chaos suite, the chart chec
 	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 
 chaos: ## Fault suite: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~4 min)
-	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./internal/chaos/
+	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./tools/chaos/
 
 clean: ## Remove build output
 	rm -rf bin
@@ -43,8 +43,8 @@ chart-check: ## Helm chart: lint, render, strict decode into the Kubernetes type
 	bash helm/check.sh
 
 .PHONY: bench
-# Extra flags for cmd/bench, e.g. BENCH_FLAGS='-n 100000 -profile bin/profiles'.
+# Extra flags for tools/bench, e.g. BENCH_FLAGS='-n 100000 -profile bin/profiles'.
 BENCH_FLAGS ?=
 bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on RabbitMQ and kfake; one table (~2-3 min)
-	go build -o bin/bench ./cmd/bench
+	go build -o bin/bench ./tools/bench
 	bin/bench -proxy $(BIN) $(BENCH_FLAGS)

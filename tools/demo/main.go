@@ -2,7 +2,8 @@
 // and Redis: it starts the demo app and two proxy replicas (the real
 // binary), publishes BabelQueue envelopes with duplicates — some published
 // concurrently with their original, some right after, some after the
-// original was processed — and prints what reached the app.
+// original was processed — and prints what reached the app (make demo).
+// It is a tool for trying the proxy, not part of the product.
 package main
 
 import (
@@ -31,7 +32,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedupe-proxy/dedupe-proxy/internal/demoapp"
+	"github.com/dedupe-proxy/dedupe-proxy/tools/internal/demoapp"
 )
 
 func main() {
