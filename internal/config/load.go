@@ -111,15 +111,15 @@ func Load(path string, environ []string) (*Config, error) {
 	return &cfg, nil
 }
 
-// decode maps input onto out (which holds the defaults) one leaf at a
-// time: mapstructure stops at the first failing hook within a struct, and
-// an operator should see every bad value in one run.
 // serviceLinkRE matches the variables Kubernetes injects for a Service
 // (a release named dedupe-proxy gets DEDUPE_PROXY_SERVICE_HOST,
 // DEDUPE_PROXY_PORT_9090_TCP, ...). They are not settings, and treating
 // them as typos would crash-loop the pod.
 var serviceLinkRE = regexp.MustCompile(`_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)?)$`)
 
+// decode maps input onto out (which holds the defaults) one leaf at a
+// time: mapstructure stops at the first failing hook within a struct, and
+// an operator should see every bad value in one run.
 func decode(input map[string]any, out any, prefix string) []error {
 	var errs []error
 	var walk func(m map[string]any, t reflect.Type, path []string)

@@ -60,8 +60,9 @@ type Config struct {
 	// Timeout bounds one request, reading the (bounded) answer included.
 	Timeout time.Duration
 	// MaxConns is the number of idle keep-alive connections kept to the app.
-	// Size it to the number of workers: with fewer, every request beyond
-	// them opens and closes a TCP connection (see FIELD-NOTES, net/http).
+	// Size it to the number of workers: with fewer, net/http closes every
+	// connection it cannot keep idle, so each request beyond them opens
+	// and closes a TCP connection.
 	MaxConns int
 	// MaxResponseBytes is how much of an answer is read. A shorter answer is
 	// read to the end so the connection is reused; a longer one is cut off

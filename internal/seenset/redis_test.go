@@ -331,7 +331,7 @@ func firstErr(rs []seenset.ClaimReply) error {
 func BenchmarkRedisClaimCommit(b *testing.B) {
 	s, _, _ := newSharedStore(b)
 	// Round-trip bound: model a proxy's concurrent workers (16 per CPU,
-	// 32 goroutines on 2 CPUs as in FIELD-NOTES) rather than one per CPU.
+	// 32 goroutines on a 2-CPU machine) rather than one per CPU.
 	b.SetParallelism(16)
 	benchClaimCommit(b, s)
 }
