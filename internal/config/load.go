@@ -362,8 +362,8 @@ var sizeUnits = []struct {
 	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
 }
 
-// ParseByteSize reads a plain byte count or a number with a unit.
-func ParseByteSize(s string) (ByteSize, error) {
+// parseByteSize reads a plain byte count or a number with a unit.
+func parseByteSize(s string) (ByteSize, error) {
 	s = strings.TrimSpace(s)
 	mult := int64(1)
 	for _, u := range sizeUnits {
@@ -383,5 +383,5 @@ func byteSizeHook(from, to reflect.Type, data any) (any, error) {
 	if to != reflect.TypeOf(ByteSize(0)) || from.Kind() != reflect.String {
 		return data, nil
 	}
-	return ParseByteSize(data.(string))
+	return parseByteSize(data.(string))
 }

@@ -78,7 +78,7 @@ type source struct {
 func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: deps.Logger, store: deps.Store, reg: deps.Registry, abortGrace: defaultAbortGrace}
 	if d.log == nil {
-		d.log = NewLogger(cfg.Log, nil)
+		d.log = newLogger(cfg.Log, nil)
 	}
 	setRedisLogger(d.log)
 	if d.reg == nil {
