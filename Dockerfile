@@ -20,7 +20,7 @@ RUN make build VERSION=$VERSION
 # --- demoapp: the small HTTP app of the local trial, not the product. BuildKit
 # (Docker's default builder) builds it only when `--target demoapp` asks.
 FROM build AS demoapp-build
-RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/demoapp ./cmd/demoapp
+RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/demoapp ./tools/demoapp
 
 FROM gcr.io/distroless/static-debian12:nonroot AS demoapp
 COPY --from=demoapp-build /src/bin/demoapp /usr/local/bin/demoapp

@@ -6,10 +6,20 @@ BIN := bin/dedupe-proxy
 # The whole suite against the local RabbitMQ and Redis; the README's test command.
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: help build test demo check vet fmt-check chaos clean
+.PHONY: help build test demo demo-embedded check vet fmt-check chaos clean
+# The demo's parts: auto uses the local RabbitMQ and Redis when both answer
+# and otherwise an in-process Kafka and Redis; EMBEDDED=1 asks for those.
+BROKER ?= auto
+SEENSET ?= auto
+# Extra flags for tools/demo, e.g. DEMO_FLAGS='-amqp amqp://u:p@host:5672/ -redis host:6379'.
+DEMO_FLAGS ?=
+ifeq ($(EMBEDDED),1)
+BROKER := kafka
+SEENSET := embedded
+endif
 
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 build: ## Build bin/dedupe-proxy (static, with version info)
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/dedupe-proxy
@@ -17,8 +27,11 @@ build: ## Build bin/dedupe-proxy (static, with version info)
 test: ## Unit and end-to-end tests (race detector) against the local RabbitMQ and Redis
 	go test $(TEST_FLAGS) ./...
 
-demo: build ## End-to-end demo: 1,000 envelopes, 30% duplicates, through the real broker and Redis
-	go run ./cmd/demo --proxy $(BIN)
+demo: build ## Demo: 2 proxies, 1,000 envelopes, 30% duplicates; BROKER=rabbitmq|kafka SEENSET=redis|embedded EMBEDDED=1
+	go run ./tools/demo --proxy $(BIN) --broker $(BROKER) --seenset $(SEENSET) $(DEMO_FLAGS)
+
+demo-embedded: build ## The demo on an in-process Kafka and Redis only, whatever runs locally (part of check)
+	go run ./tools/demo --proxy $(BIN) --broker kafka --seenset embedded $(DEMO_FLAGS)
 
 vet: ## go vet
 	go vet ./...
@@ -26,14 +39,14 @@ vet: ## go vet
 fmt-check: ## Fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-check: ## Everything CI runs: gofmt, vet, tests, the chaos suite, the chart checks; the tree must not change
+check: ## Everything CI runs: gofmt, vet, tests, the embedded demo, the chaos suite, the chart checks; the tree must not change
 	@before=$$(git status --porcelain); \
-	$(MAKE) --no-print-directory fmt-check vet test chaos chart-check || exit 1; \
+	$(MAKE) --no-print-directory fmt-check vet test demo-embedded chaos chart-check || exit 1; \
 	after=$$(git status --porcelain); \
 	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 
 chaos: ## Fault suite: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~4 min)
-	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./internal/chaos/
+	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./tools/chaos/
 
 clean: ## Remove build output
 	rm -rf bin
@@ -43,8 +56,8 @@ chart-check: ## Helm chart: lint, render, strict decode into the Kubernetes type
 	bash helm/check.sh
 
 .PHONY: bench
-# Extra flags for cmd/bench, e.g. BENCH_FLAGS='-n 100000 -profile bin/profiles'.
+# Extra flags for tools/bench, e.g. BENCH_FLAGS='-n 100000 -profile bin/profiles'.
 BENCH_FLAGS ?=
 bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on RabbitMQ and kfake; one table (~2-3 min)
-	go build -o bin/bench ./cmd/bench
+	go build -o bin/bench ./tools/bench
 	bin/bench -proxy $(BIN) $(BENCH_FLAGS)

@@ -15,14 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
-
-func redisAddr() string {
-	if a := os.Getenv("DEDUPE_TEST_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
 
 // `keys status` and `keys forget` against the shared Redis, under a key
 // prefix of the test's own, with the proxy's config file.
@@ -40,17 +34,17 @@ sources:
   - name: orders
     rabbitmq:
       queue: orders
-`, redisAddr(), prefix)
+`, testutil.RedisAddr(), prefix)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{redisAddr()}, Prefix: prefix})
+	st, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{testutil.RedisAddr()}, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	t.Cleanup(func() {
-		c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+		c := redis.NewClient(&redis.Options{Addr: testutil.RedisAddr()})
 		defer c.Close()
 		ctx := context.Background()
 		for it := c.Scan(ctx, 0, prefix+"*", 100).Iterator(); it.Next(ctx); {

@@ -266,14 +266,14 @@ func TestValidateNeverEchoesAPassword(t *testing.T) {
 
 func TestParseByteSize(t *testing.T) {
 	for in, want := range map[string]ByteSize{"0": 0, "1024": 1024, "64KiB": 64 << 10, "1MiB": 1 << 20, "10MB": 10_000_000, "2 GiB": 2 << 30, "5K": 5 << 10} {
-		got, err := ParseByteSize(in)
+		got, err := parseByteSize(in)
 		if err != nil || got != want {
-			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "MiB", "1.5MiB", "ten"} {
-		if _, err := ParseByteSize(in); err == nil {
-			t.Errorf("ParseByteSize(%q) accepted", in)
+		if _, err := parseByteSize(in); err == nil {
+			t.Errorf("parseByteSize(%q) accepted", in)
 		}
 	}
 }

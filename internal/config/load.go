@@ -111,15 +111,15 @@ func Load(path string, environ []string) (*Config, error) {
 	return &cfg, nil
 }
 
-// decode maps input onto out (which holds the defaults) one leaf at a
-// time: mapstructure stops at the first failing hook within a struct, and
-// an operator should see every bad value in one run.
 // serviceLinkRE matches the variables Kubernetes injects for a Service
 // (a release named dedupe-proxy gets DEDUPE_PROXY_SERVICE_HOST,
 // DEDUPE_PROXY_PORT_9090_TCP, ...). They are not settings, and treating
 // them as typos would crash-loop the pod.
 var serviceLinkRE = regexp.MustCompile(`_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)?)$`)
 
+// decode maps input onto out (which holds the defaults) one leaf at a
+// time: mapstructure stops at the first failing hook within a struct, and
+// an operator should see every bad value in one run.
 func decode(input map[string]any, out any, prefix string) []error {
 	var errs []error
 	var walk func(m map[string]any, t reflect.Type, path []string)
@@ -362,8 +362,8 @@ var sizeUnits = []struct {
 	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
 }
 
-// ParseByteSize reads a plain byte count or a number with a unit.
-func ParseByteSize(s string) (ByteSize, error) {
+// parseByteSize reads a plain byte count or a number with a unit.
+func parseByteSize(s string) (ByteSize, error) {
 	s = strings.TrimSpace(s)
 	mult := int64(1)
 	for _, u := range sizeUnits {
@@ -383,5 +383,5 @@ func byteSizeHook(from, to reflect.Type, data any) (any, error) {
 	if to != reflect.TypeOf(ByteSize(0)) || from.Kind() != reflect.String {
 		return data, nil
 	}
-	return ParseByteSize(data.(string))
+	return parseByteSize(data.(string))
 }

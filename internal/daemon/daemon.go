@@ -88,7 +88,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 	}()
 	d := &Daemon{cfg: cfg, log: deps.Logger, store: deps.Store, reg: deps.Registry, abortGrace: defaultAbortGrace}
 	if d.log == nil {
-		d.log = NewLogger(cfg.Log, nil)
+		d.log = newLogger(cfg.Log, nil)
 	}
 	setRedisLogger(d.log)
 	if d.reg == nil {

@@ -24,13 +24,6 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
-func redisAddr() string {
-	if a := os.Getenv("DEDUPE_TEST_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
 // harness is one test's world: its own queue, its own key prefix, a
 // recording app, and proxies started in-process from a real Config.
 type harness struct {
@@ -124,10 +117,10 @@ func (h *harness) replaySequence(p *proxy, c testutil.Sequence, timeout time.Dur
 }
 
 func (h *harness) cleanupKeys() {
-	if h.cfg.SeenSet.Backend != "redis" || h.cfg.SeenSet.Redis.Addrs[0] != redisAddr() {
+	if h.cfg.SeenSet.Backend != "redis" || h.cfg.SeenSet.Redis.Addrs[0] != testutil.RedisAddr() {
 		return
 	}
-	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	c := redis.NewClient(&redis.Options{Addr: testutil.RedisAddr()})
 	defer c.Close()
 	ctx := context.Background()
 	iter := c.Scan(ctx, 0, h.cfg.SeenSet.Redis.Prefix+"*", 1000).Iterator()
@@ -146,7 +139,7 @@ func testConfig(appURL string) (config.Config, config.Source) {
 	cfg.App.URL = appURL
 	cfg.App.Timeout = 5 * time.Second
 	cfg.SeenSet.Lease = 3 * time.Second
-	cfg.SeenSet.Redis.Addrs = []string{redisAddr()}
+	cfg.SeenSet.Redis.Addrs = []string{testutil.RedisAddr()}
 	cfg.SeenSet.Redis.Prefix = testutil.UniqueName("dptest:") + ":"
 	cfg.Delivery.BackoffInitial = 20 * time.Millisecond
 	cfg.Delivery.BackoffMax = 200 * time.Millisecond

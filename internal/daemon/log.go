@@ -14,9 +14,9 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 )
 
-// NewLogger builds the slog logger the config asks for; w defaults to
+// newLogger builds the slog logger the config asks for; w defaults to
 // stderr.
-func NewLogger(c config.Log, w io.Writer) *slog.Logger {
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	if w == nil {
 		w = os.Stderr
 	}

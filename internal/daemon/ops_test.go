@@ -548,7 +548,7 @@ func TestFailureLogLineAndBodies(t *testing.T) {
 		t.Run(fmt.Sprintf("bodies=%v", bodies), func(t *testing.T) {
 			h := newHarness(t, func(c *config.Config) { c.Log.Bodies = bodies })
 			var buf syncBuffer
-			h.logger = NewLogger(config.Log{Level: "info", Format: "json"}, &buf)
+			h.logger = newLogger(config.Log{Level: "info", Format: "json"}, &buf)
 			h.app.SetRespond(func(_ *testutil.Request, n int) int {
 				if n == 0 {
 					return http.StatusServiceUnavailable

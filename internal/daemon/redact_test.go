@@ -48,7 +48,7 @@ func TestAppURLPasswordStaysOutOfLogsAndDeadLetters(t *testing.T) {
 	dlq := h.rabbit.Queue("dptest.dlq.", nil)
 	h.cfg.Sources[0].RabbitMQ.DeadLetter = config.RabbitDeadLetter{Mode: "publish", RoutingKey: dlq}
 	var buf syncBuffer
-	h.logger = NewLogger(config.Log{Level: "debug", Format: "json"}, &buf)
+	h.logger = newLogger(config.Log{Level: "debug", Format: "json"}, &buf)
 	p := h.start()
 	h.rabbit.Publish(h.queue, amqp.Publishing{Body: envelope("secret-1", ""), MessageId: "secret-1"})
 	testutil.Eventually(t, 15*time.Second, "dead-lettered", func() bool { return p.result(t, "dead_lettered") == 1 })

@@ -60,8 +60,9 @@ type Config struct {
 	// Timeout bounds one request, reading the (bounded) answer included.
 	Timeout time.Duration
 	// MaxConns is the number of idle keep-alive connections kept to the app.
-	// Size it to the number of workers: with fewer, every request beyond
-	// them opens and closes a TCP connection (see FIELD-NOTES, net/http).
+	// Size it to the number of workers: with fewer, net/http closes every
+	// connection it cannot keep idle, so each request beyond them opens
+	// and closes a TCP connection.
 	MaxConns int
 	// MaxResponseBytes is how much of an answer is read. A shorter answer is
 	// read to the end so the connection is reused; a longer one is cut off
@@ -173,10 +174,10 @@ func New(c Config) (*Client, error) {
 	if err != nil {
 		bad("RetryStatuses", err)
 	}
-	if err := ValidateHeaderAllowlist(c.HeaderAllowlist); err != nil {
+	if err := validateHeaderAllowlist(c.HeaderAllowlist); err != nil {
 		bad("HeaderAllowlist", err)
 	}
-	if c.UserAgent != "" && !ValidHeaderValue(c.UserAgent) {
+	if c.UserAgent != "" && !validHeaderValue(c.UserAgent) {
 		bad("UserAgent", errors.New("contains characters not allowed in a header value"))
 	}
 	if len(errs) > 0 {
@@ -301,11 +302,11 @@ func (c *Client) Do(ctx context.Context, r Request) Result {
 }
 
 func (c *Client) do(parent context.Context, r Request) Result {
-	if r.IdempotencyKey != "" && !ValidHeaderValue(r.IdempotencyKey) {
+	if r.IdempotencyKey != "" && !validHeaderValue(r.IdempotencyKey) {
 		// Sending the message without its key would silently drop the app's
 		// defence against a double effect; mangling it could collide with
 		// another key. The key extractor should have called this "no usable
-		// key" (see ValidHeaderValue).
+		// key" (see validHeaderValue).
 		return Result{
 			Outcome: Permanent,
 			Reason:  "invalid idempotency key",

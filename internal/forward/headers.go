@@ -38,11 +38,11 @@ func isOwned(lower string) bool {
 	return lower == "content-type" || lower == "idempotency-key" || strings.HasPrefix(lower, "x-dedupe-")
 }
 
-// ValidateHeaderAllowlist checks Config.HeaderAllowlist: every entry must be
+// validateHeaderAllowlist checks Config.HeaderAllowlist: every entry must be
 // a header name, and none may be a hop-by-hop or framing header or one that
 // dedupe-proxy sets itself. Refusing them at start says why they would never
 // arrive; silently dropping them would not. Every bad entry is named.
-func ValidateHeaderAllowlist(names []string) error {
+func validateHeaderAllowlist(names []string) error {
 	var errs []error
 	for _, n := range names {
 		lower := strings.ToLower(n)
@@ -58,11 +58,11 @@ func ValidateHeaderAllowlist(names []string) error {
 	return errors.Join(errs...)
 }
 
-// ValidHeaderValue reports whether s can be sent as a header value: no
+// validHeaderValue reports whether s can be sent as a header value: no
 // control characters other than tab (so no CR or LF to inject headers with).
 // net/http refuses the whole request otherwise, so a key extractor should
 // treat a key that fails this as "no usable key".
-func ValidHeaderValue(s string) bool {
+func validHeaderValue(s string) bool {
 	for i := 0; i < len(s); i++ {
 		b := s[i]
 		if (b < ' ' && b != '\t') || b == 0x7f {
@@ -111,19 +111,19 @@ func (c *Client) setHeaders(h http.Header, r *Request) {
 		}
 		// The allowlist was validated, so only the message's own name and
 		// value can still be bad here; skip rather than fail the request.
-		if !validHeaderName(name) || !ValidHeaderValue(v) {
+		if !validHeaderName(name) || !validHeaderValue(v) {
 			continue
 		}
 		set(textproto.CanonicalMIMEHeaderKey(name), v)
 	}
 	for _, m := range r.Meta {
-		if !validHeaderName(m.Name) || !ValidHeaderValue(m.Value) || isHopByHop(lowerASCII(m.Name)) {
+		if !validHeaderName(m.Name) || !validHeaderValue(m.Value) || isHopByHop(lowerASCII(m.Name)) {
 			continue
 		}
 		set(textproto.CanonicalMIMEHeaderKey(m.Name), m.Value)
 	}
 	ct := r.ContentType
-	if ct == "" || !ValidHeaderValue(ct) {
+	if ct == "" || !validHeaderValue(ct) {
 		ct = "application/octet-stream"
 	}
 	set("Content-Type", ct)

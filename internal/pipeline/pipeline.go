@@ -1,6 +1,6 @@
 // Package pipeline ties a source, the seen-set and the app together,
-// message by message, as CONTRACT.md's steps 1–6: key → claim → forward →
-// commit → ack, with retries, dead letters and a drain on shutdown.
+// message by message: key → claim → forward → commit → ack, with
+// retries, dead letters and a drain on shutdown.
 //
 // The guarantee rests on one ordering: the key is marked done only after
 // the app succeeded, and the broker is acked only after that. Every other

@@ -1,6 +1,6 @@
 package seenset
 
-// validateKey and validateKeyToken are ValidateArgs for the methods that
+// validateKey and validateKeyToken are validateArgs for the methods that
 // take no duration (Release, Forget, Status), so every backend rejects the
 // same inputs with the same errors before touching its storage.
 func validateKey(key string) error {

@@ -93,7 +93,7 @@ func (m *Memory) begin(ctx context.Context) (time.Time, error) {
 }
 
 func (m *Memory) Claim(ctx context.Context, key, token string, lease time.Duration) (ClaimResult, error) {
-	if err := ValidateArgs(key, token, lease); err != nil {
+	if err := validateArgs(key, token, lease); err != nil {
 		return 0, err
 	}
 	now, err := m.begin(ctx)
@@ -114,7 +114,7 @@ func (m *Memory) Claim(ctx context.Context, key, token string, lease time.Durati
 }
 
 func (m *Memory) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := ValidateArgs(key, token, lease); err != nil {
+	if err := validateArgs(key, token, lease); err != nil {
 		return err
 	}
 	now, err := m.begin(ctx)
@@ -132,7 +132,7 @@ func (m *Memory) Renew(ctx context.Context, key, token string, lease time.Durati
 }
 
 func (m *Memory) Commit(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := ValidateArgs(key, token, ttl); err != nil {
+	if err := validateArgs(key, token, ttl); err != nil {
 		return err
 	}
 	now, err := m.begin(ctx)

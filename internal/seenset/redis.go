@@ -179,7 +179,7 @@ return {v, redis.call('PTTL', KEYS[1])}
 `)
 
 func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duration) (ClaimResult, error) {
-	if err := ValidateArgs(key, token, lease); err != nil {
+	if err := validateArgs(key, token, lease); err != nil {
 		return 0, err
 	}
 	n, err := r.runInt(ctx, claimScript, key, token, millis(lease))
@@ -239,7 +239,7 @@ func (r *Redis) runMany(ctx context.Context, s *redis.Script, items []KeyToken, 
 	live := make([]*call, 0, len(items))
 	ms := millis(d)
 	for i, it := range items {
-		if out[i].err = ValidateArgs(it.Key, it.Token, d); out[i].err != nil {
+		if out[i].err = validateArgs(it.Key, it.Token, d); out[i].err != nil {
 			continue
 		}
 		calls[i] = &call{ctx: ctx, script: s, keys: []string{r.prefix + it.Key}, args: []any{it.Token, ms}}
@@ -259,14 +259,14 @@ func (r *Redis) runMany(ctx context.Context, s *redis.Script, items []KeyToken, 
 }
 
 func (r *Redis) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := ValidateArgs(key, token, lease); err != nil {
+	if err := validateArgs(key, token, lease); err != nil {
 		return err
 	}
 	return r.runOwned(ctx, renewScript, key, token, millis(lease))
 }
 
 func (r *Redis) Commit(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := ValidateArgs(key, token, ttl); err != nil {
+	if err := validateArgs(key, token, ttl); err != nil {
 		return err
 	}
 	return r.runOwned(ctx, commitScript, key, token, millis(ttl))

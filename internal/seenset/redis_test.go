@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,16 +18,6 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset/storetest"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
-
-// redisAddr is the shared test server. It is shared with other packages'
-// tests and possibly other runs: tests touch only keys under their own
-// random prefix and never flush, reconfigure or stop it.
-func redisAddr() string {
-	if a := os.Getenv("DEDUPE_TEST_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
 
 func randomPrefix(tb testing.TB) string {
 	var b [8]byte
@@ -43,12 +32,12 @@ func randomPrefix(tb testing.TB) string {
 // broken backend behind a green run.
 func sharedRedis(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	c := redis.NewClient(&redis.Options{Addr: testutil.RedisAddr()})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
-		tb.Fatalf("Redis test server at %s is unreachable (%v); start redis-server there or set DEDUPE_TEST_REDIS_ADDR", redisAddr(), err)
+		tb.Fatalf("Redis test server at %s is unreachable (%v); start redis-server there or set DEDUPE_TEST_REDIS_ADDR", testutil.RedisAddr(), err)
 	}
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
@@ -86,7 +75,7 @@ func newSharedStore(tb testing.TB) (*seenset.Redis, *redis.Client, string) {
 	tb.Helper()
 	c := sharedRedis(tb)
 	prefix := randomPrefix(tb)
-	s, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{redisAddr()}, Prefix: prefix})
+	s, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{testutil.RedisAddr()}, Prefix: prefix})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -145,7 +134,7 @@ func TestRedisOwnership(t *testing.T) {
 		t.Fatalf("Close closed a client it does not own: %v", err)
 	}
 
-	owned, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{redisAddr()}})
+	owned, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{testutil.RedisAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +331,7 @@ func firstErr(rs []seenset.ClaimReply) error {
 func BenchmarkRedisClaimCommit(b *testing.B) {
 	s, _, _ := newSharedStore(b)
 	// Round-trip bound: model a proxy's concurrent workers (16 per CPU,
-	// 32 goroutines on 2 CPUs as in FIELD-NOTES) rather than one per CPU.
+	// 32 goroutines on a 2-CPU machine) rather than one per CPU.
 	b.SetParallelism(16)
 	benchClaimCommit(b, s)
 }

@@ -143,8 +143,8 @@ type Store interface {
 	Close() error
 }
 
-// ValidateArgs is the argument check every backend performs first.
-func ValidateArgs(key, token string, d time.Duration) error {
+// validateArgs is the argument check every backend performs first.
+func validateArgs(key, token string, d time.Duration) error {
 	if key == "" || token == "" {
 		return ErrInvalidArgument
 	}

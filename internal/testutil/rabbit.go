@@ -2,8 +2,6 @@ package testutil
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
 	"time"
@@ -44,13 +42,6 @@ func NewRabbit(t testing.TB) *Rabbit {
 	r := &Rabbit{t: t, Conn: conn, Ch: ch}
 	t.Cleanup(func() { _ = conn.Close() })
 	return r
-}
-
-// UniqueName returns prefix plus random hex, for queues and key prefixes.
-func UniqueName(prefix string) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
 }
 
 // Queue declares a fresh durable queue and deletes it when the test ends.
@@ -114,16 +105,4 @@ func (r *Rabbit) Get(queue string) (amqp.Delivery, bool) {
 		r.t.Fatalf("get from %s: %v", queue, err)
 	}
 	return d, ok
-}
-
-// Eventually polls cond every 20ms until it holds or timeout passes.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

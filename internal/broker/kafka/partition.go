@@ -210,9 +210,6 @@ func (p *partition) runInOrder(ctx context.Context, cancel context.CancelFunc, r
 // waitForRoom holds the fetch loop (key mode) while MaxInFlight fetched
 // messages have not been passed by the commit mark.
 func (p *partition) waitForRoom(ctx context.Context) bool {
-	if p.s.o.Ordering != OrderingKey {
-		return true
-	}
 	for p.track.window() >= p.s.o.MaxInFlight {
 		select {
 		case <-p.track.space:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 // A delivery settles once: after the first Ack every further Ack,
@@ -46,7 +47,7 @@ func TestSecondSettleReturnsErrAlreadySettled(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("offset 0 never delivered")
 	}
-	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
+	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
 }
 
 // Two DeadLetters racing on one delivery: exactly one produces to the
@@ -96,7 +97,7 @@ func TestConcurrentDeadLettersProduceOnce(t *testing.T) {
 	if ok != 1 {
 		t.Fatalf("%d of %d racing DeadLetters succeeded, want 1", ok, len(errs))
 	}
-	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
+	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
 	// Read waits for one more than was produced, so a second dead letter
 	// would show up here.
 	if msgs := c.Read(t, "orders.dlq", 0, 2, 2*time.Second); len(msgs) != 1 {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
@@ -21,6 +21,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 var groupSeq atomic.Int64
@@ -67,7 +68,7 @@ func startWith(t *testing.T, o kafka.Options, run func(context.Context, *kafka.S
 	r := &running{s: s, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- run(ctx, s) }()
 	t.Cleanup(func() { r.stop(t) })
-	eventually(t, 15*time.Second, "source ready", func() bool { return s.Ready() == nil })
+	testutil.Eventually(t, 15*time.Second, "source ready", func() bool { return s.Ready() == nil })
 	return r
 }
 
@@ -87,17 +88,6 @@ func (r *running) stop(t *testing.T) {
 		t.Fatal("Run did not return within 30s of cancel")
 	}
 	_ = r.s.Close()
-}
-
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func records(partitions, perPartition int) []kafkatest.Record {
@@ -171,8 +161,8 @@ func TestConsumeAllPartitionsAndCommit(t *testing.T) {
 	o := options(c, "orders")
 	var col collector
 	start(t, o, col.handle)
-	eventually(t, 20*time.Second, "all 60 delivered", func() bool { return col.count() == 60 })
-	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(6, 10)))
+	testutil.Eventually(t, 20*time.Second, "all 60 delivered", func() bool { return col.count() == 60 })
+	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(6, 10)))
 
 	col.mu.Lock()
 	defer col.mu.Unlock()
@@ -224,7 +214,7 @@ func TestPartitionOrdering(t *testing.T) {
 		mu.Unlock()
 		_ = d.Ack(context.Background())
 	})
-	eventually(t, 20*time.Second, "all delivered", func() bool { mu.Lock(); defer mu.Unlock(); return n == 90 })
+	testutil.Eventually(t, 20*time.Second, "all delivered", func() bool { mu.Lock(); defer mu.Unlock(); return n == 90 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(bad) > 0 {
@@ -279,8 +269,8 @@ func TestKeyOrdering(t *testing.T) {
 		mu.Unlock()
 		_ = d.Ack(context.Background())
 	})
-	eventually(t, 20*time.Second, "all delivered", func() bool { mu.Lock(); defer mu.Unlock(); return n == 40 })
-	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 40)))
+	testutil.Eventually(t, 20*time.Second, "all delivered", func() bool { mu.Lock(); defer mu.Unlock(); return n == 40 })
+	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 40)))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(bad) > 0 {
@@ -320,7 +310,7 @@ func TestCommitNeverPassesUnfinished(t *testing.T) {
 	})
 	// Offsets 0-2 finish and pass the mark; 3 holds it; the window of 10
 	// (offsets 3-12) lets 4-12 run, and reading stops there.
-	eventually(t, 20*time.Second, "others finished", func() bool { return handled.Load() == 12 })
+	testutil.Eventually(t, 20*time.Second, "others finished", func() bool { return handled.Load() == 12 })
 	time.Sleep(500 * time.Millisecond) // several commit intervals
 	if got := c.Committed(t, o.Group, "orders", 1)[0]; got != 3 {
 		t.Fatalf("committed %d while offset 3 is unfinished, want 3", got)
@@ -329,7 +319,7 @@ func TestCommitNeverPassesUnfinished(t *testing.T) {
 		t.Fatalf("%d handled: max_in_flight 10 should stop reading after offset 12", h)
 	}
 	close(release)
-	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 30)))
+	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 30)))
 }
 
 // A Requeue while the partition is still assigned does not stall it: the
@@ -352,7 +342,7 @@ func TestRequeueWhileAssignedRedelivers(t *testing.T) {
 		}
 		_ = d.Ack(context.Background())
 	})
-	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 3)))
+	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 3)))
 	mu.Lock()
 	defer mu.Unlock()
 	if fmt.Sprint(got) != "[0:false 0:true 1:false 2:false]" {
@@ -400,7 +390,7 @@ func TestBatchesInOrder(t *testing.T) {
 			_ = d.Ack(context.Background())
 		}
 	})
-	eventually(t, 20*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(2, 200)))
+	testutil.Eventually(t, 20*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(2, 200)))
 	mu.Lock()
 	defer mu.Unlock()
 	if largest != o.BatchSize {
@@ -435,7 +425,7 @@ func TestShutdownCommitsAndLeaves(t *testing.T) {
 	o.CommitEvery = 1 << 20
 	var col collector
 	r := start(t, o, col.handle)
-	eventually(t, 10*time.Second, "all delivered", func() bool { return col.count() == 10 })
+	testutil.Eventually(t, 10*time.Second, "all delivered", func() bool { return col.count() == 10 })
 	if got := c.Committed(t, o.Group, "orders", 2); got[0] != -1 || got[1] != -1 {
 		t.Fatalf("committed %v before shutdown; no commit was due", got)
 	}
@@ -447,7 +437,7 @@ func TestShutdownCommitsAndLeaves(t *testing.T) {
 	c.Produce(t, "orders", records(2, 1)...)
 	var col2 collector
 	start(t, o, col2.handle)
-	eventually(t, 10*time.Second, "new messages delivered", func() bool { return col2.count() == 2 })
+	testutil.Eventually(t, 10*time.Second, "new messages delivered", func() bool { return col2.count() == 2 })
 	time.Sleep(300 * time.Millisecond)
 	col2.mu.Lock()
 	defer col2.mu.Unlock()
@@ -478,14 +468,14 @@ func TestRebalanceLostAndFinalCommit(t *testing.T) {
 		}
 		a.handle(d)
 	})
-	eventually(t, 10*time.Second, "first member handled 6", func() bool { return a.count() == 6 })
+	testutil.Eventually(t, 10*time.Second, "first member handled 6", func() bool { return a.count() == 6 })
 
 	// A second member joins: the first loses its generation; its final
 	// commit records 3 and 3, and "stuck" (offset 3) stays unfinished.
 	var b collector
 	start(t, o, b.handle)
-	eventually(t, 20*time.Second, "Lost closed on revocation", lostSeen.Load)
-	eventually(t, 20*time.Second, "stuck message redelivered after the rebalance", func() bool {
+	testutil.Eventually(t, 20*time.Second, "Lost closed on revocation", lostSeen.Load)
+	testutil.Eventually(t, 20*time.Second, "stuck message redelivered after the rebalance", func() bool {
 		return a.count()+b.count() == 7
 	})
 	col := map[string]int{}
@@ -515,7 +505,7 @@ func TestDeadLetterWithoutTopicHolds(t *testing.T) {
 			if !errors.Is(err, broker.ErrNoDeadLetter) {
 				panic(fmt.Sprintf("DeadLetter = %v", err))
 			}
-			if v := testutil.ToFloat64(m.PartitionsHeld); v != 1 {
+			if v := promtest.ToFloat64(m.PartitionsHeld); v != 1 {
 				panic(fmt.Sprintf("held gauge = %v", v))
 			}
 			// The pipeline keeps retrying; here the handler gives it
@@ -525,8 +515,8 @@ func TestDeadLetterWithoutTopicHolds(t *testing.T) {
 		}
 		_ = d.Ack(context.Background())
 	})
-	eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
-	if v := testutil.ToFloat64(m.PartitionsHeld); v != 0 {
+	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
+	if v := promtest.ToFloat64(m.PartitionsHeld); v != 0 {
 		t.Fatalf("held gauge = %v after the message finished", v)
 	}
 }
@@ -547,7 +537,7 @@ func TestDeadLetterTopic(t *testing.T) {
 		}
 		_ = d.Ack(context.Background())
 	})
-	eventually(t, 10*time.Second, "committed past the dead letter", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
+	testutil.Eventually(t, 10*time.Second, "committed past the dead letter", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
 	msgs := c.Read(t, "orders.dlq", 0, 1, 10*time.Second)
 	if len(msgs) != 1 {
 		t.Fatalf("dead-letter topic holds %d messages", len(msgs))
@@ -586,7 +576,7 @@ func TestStartLatest(t *testing.T) {
 	start(t, o, col.handle)
 	time.Sleep(300 * time.Millisecond)
 	c.Produce(t, "orders", kafkatest.Record{Value: []byte("new")})
-	eventually(t, 10*time.Second, "new message delivered", func() bool { return col.count() == 1 })
+	testutil.Eventually(t, 10*time.Second, "new message delivered", func() bool { return col.count() == 1 })
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	if string(col.msgs[0].Body) != "new" {
@@ -607,11 +597,11 @@ func TestConnectionCuts(t *testing.T) {
 	const per = 100
 	for round := range 3 {
 		c.Produce(t, "orders", records(3, per/3)...)
-		eventually(t, 20*time.Second, "progress", func() bool { return col.count() > round*per })
+		testutil.Eventually(t, 20*time.Second, "progress", func() bool { return col.count() > round*per })
 		c.Cut()
 	}
 	want := int64(3 * (per / 3))
-	eventually(t, 60*time.Second, "committed to the end after the cuts", allCommitted(t, c, o.Group, "orders", uniform(3, want)))
+	testutil.Eventually(t, 60*time.Second, "committed to the end after the cuts", allCommitted(t, c, o.Group, "orders", uniform(3, want)))
 	if n := col.count(); n != int(3*want) {
 		t.Fatalf("%d distinct messages delivered, want %d", n, 3*want)
 	}
@@ -619,7 +609,7 @@ func TestConnectionCuts(t *testing.T) {
 	// Ready must not keep reporting the old fetch errors.
 	c.Cut()
 	time.Sleep(100 * time.Millisecond)
-	eventually(t, 15*time.Second, "ready again while idle", func() bool { return r.s.Ready() == nil })
+	testutil.Eventually(t, 15*time.Second, "ready again while idle", func() bool { return r.s.Ready() == nil })
 }
 
 func TestSASL(t *testing.T) {
@@ -651,7 +641,7 @@ func TestSASL(t *testing.T) {
 				}
 				_ = d.Ack(context.Background())
 			})
-			eventually(t, 15*time.Second, "both settled", func() bool { return n.Load() == 2 })
+			testutil.Eventually(t, 15*time.Second, "both settled", func() bool { return n.Load() == 2 })
 
 			// Wrong password: never a member, Ready says so, Run still
 			// stops cleanly.

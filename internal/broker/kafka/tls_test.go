@@ -23,6 +23,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 // selfSigned returns a server certificate for 127.0.0.1 and the PEM of
@@ -83,7 +84,7 @@ func TestTLS(t *testing.T) {
 		}
 		_ = d.Ack(context.Background())
 	})
-	eventually(t, 15*time.Second, "both settled", func() bool { return n.Load() == 2 })
+	testutil.Eventually(t, 15*time.Second, "both settled", func() bool { return n.Load() == 2 })
 
 	// System roots do not know the private CA: never a member.
 	bad := options(c, "orders")

@@ -16,6 +16,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 // txnProducer is a transactional producer to partition 0 of topic.
@@ -103,7 +104,7 @@ func TestTransactions(t *testing.T) {
 			o.Ordering = tc.ordering
 			var b bodies
 			start(t, o, b.handle)
-			eventually(t, 15*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, end)))
+			testutil.Eventually(t, 15*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, end)))
 			time.Sleep(300 * time.Millisecond) // anything later would show now
 			if got := b.String(); got != tc.want {
 				t.Fatalf("delivered %s, want %s", got, tc.want)
@@ -138,7 +139,7 @@ func TestOpenTransactionWaits(t *testing.T) {
 				t.Fatalf("delivered %s while the transaction is open, want %s", got, tc.before)
 			}
 			p.end(true)
-			eventually(t, 15*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
+			testutil.Eventually(t, 15*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
 			time.Sleep(300 * time.Millisecond)
 			if got := b.String(); got != tc.after {
 				t.Fatalf("delivered %s, want %s", got, tc.after)
@@ -172,13 +173,13 @@ func TestFetchFailureNotReady(t *testing.T) {
 		c.KeepControl()
 		return nil, errors.New("fetch refused"), true // closes the connection
 	})
-	eventually(t, 10*time.Second, "not ready while fetches fail", func() bool { return r.s.Ready() != nil })
+	testutil.Eventually(t, 10*time.Second, "not ready while fetches fail", func() bool { return r.s.Ready() != nil })
 	if err := r.s.Ready(); !errors.Is(err, broker.ErrNotConnected) || !strings.Contains(err.Error(), "fetching fails") {
 		t.Fatalf("Ready = %v", err)
 	}
 
 	broken.Store(false)
 	c.Produce(t, "orders", kafkatest.Record{Value: []byte("after")})
-	eventually(t, 10*time.Second, "ready again", func() bool { return r.s.Ready() == nil })
-	eventually(t, 10*time.Second, "delivered after the fetches recovered", func() bool { return b.String() == `["after"]` })
+	testutil.Eventually(t, 10*time.Second, "ready again", func() bool { return r.s.Ready() == nil })
+	testutil.Eventually(t, 10*time.Second, "delivered after the fetches recovered", func() bool { return b.String() == `["after"]` })
 }

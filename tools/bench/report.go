@@ -59,9 +59,31 @@ func (b *bench) machine(ctx context.Context) []string {
 			moduleVersion("github.com/twmb/franz-go/pkg/kfake"), b.o.partitions, moduleVersion("github.com/segmentio/kafka-go")),
 		fmt.Sprintf("load average at start: %s (everything — brokers, Redis, app, consumer — shares these cores)",
 			strings.Join(strings.Fields(string(load))[:3], " ")),
-		fmt.Sprintf("backlog %d messages of %d bytes; latency phase %d msgs/s for %s; RabbitMQ prefetch %d, %d workers; Kafka in partition order, proxy batch_size %d, commits every 500 or 1s",
-			b.o.n, b.o.bodyBytes, b.o.rate, b.o.paced, b.o.prefetch, b.o.workers, b.o.kafkaBatch),
+		fmt.Sprintf("backlog %d messages of %d bytes; latency phase %d msgs/s for %s; RabbitMQ prefetch %d, %d workers; Kafka: bare rows in partition order, proxy ordering %s, batch_size %d, commits every 500 or 1s",
+			b.o.n, b.o.bodyBytes, b.o.rate, b.o.paced, b.o.prefetch, b.o.workers, kafkaOrdering(b.o), b.o.kafkaBatch),
+		fmt.Sprintf("proxy seen-set: %s; app: %s", seensetDesc(b.o.seenset), appDesc(b.o.appDelay)),
 	}
+}
+
+func kafkaOrdering(o options) string {
+	if o.ordering == "key" {
+		return fmt.Sprintf("key (max_in_flight %d)", o.inFlight)
+	}
+	return o.ordering
+}
+
+func seensetDesc(backend string) string {
+	if backend == "memory" {
+		return "memory (in the proxy process; Redis columns empty)"
+	}
+	return "Redis (the private redis-server)"
+}
+
+func appDesc(delay time.Duration) string {
+	if delay > 0 {
+		return fmt.Sprintf("takes %s per request", delay)
+	}
+	return "no-op"
 }
 
 func moduleVersion(path string) string {
@@ -245,11 +267,11 @@ func (r *report) printRatios(w io.Writer, s *section) {
 	} else if usable(c, d) {
 		line("(d) duplicate skip speed vs (c)", "n/a", "≥ 2×", false, false)
 	}
-	if c.latN > 0 && c.rate > 0 {
+	if c.latN > 0 && c.rate > 0 && c.hasRedis {
 		line("Redis round trips per forwarded message, (c) paced", fmt.Sprintf("%.2f", c.tripsPaced), "≤ 2", c.tripsPaced <= 2, true)
 		line("Redis round trips per message, (c) backlog burst", fmt.Sprintf("%.2f", c.tripsPerMsg), "< 1", c.tripsPerMsg < 1, true)
 	}
-	if c.rate > 0 {
+	if c.rate > 0 && c.hasRedis {
 		line("Redis scripts (EVAL/EVALSHA) per message, (c) burst", fmt.Sprintf("%.2f", c.scriptsMsg), "", false, false)
 	}
 	if usable(c, bf) && bf.cpuPer100k > 0 {

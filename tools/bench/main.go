@@ -1,6 +1,7 @@
 // Command bench answers "what does the sidecar cost me?": it measures
 // dedupe-proxy against the bare alternatives on one machine in one run and
-// prints one table (make bench).
+// prints one table (make bench). It is a development tool, not part of the
+// product: nothing here ships in the dedupe-proxy binary or image.
 //
 // Per broker (the local RabbitMQ, and an in-process kfake Kafka with six
 // partitions) it runs four rows, each on its own fresh queue or topic,
@@ -11,8 +12,13 @@
 //	                    and concurrency, keep-alive pool sized to the
 //	                    workers, no dedupe: what users write by hand
 //	(c) dedupe-proxy    the real binary (make build) with the Redis
-//	                    seen-set, 0% duplicates
+//	                    seen-set (-seenset memory: the in-process one),
+//	                    0% duplicates
 //	(d) dedupe-proxy    the same with 50% duplicates
+//
+// The Kafka rows consume in partition order; -kafka-ordering key runs
+// different record keys of a partition concurrently (up to
+// -max-in-flight), which pays off with a slow app (-app-delay).
 //
 // Every row's consumer is a child process — the bare ones are hidden
 // sub-commands of this binary (bench bare-consumer, bench
@@ -61,6 +67,10 @@ type options struct {
 	workers    int
 	partitions int
 	kafkaBatch int
+	ordering   string
+	inFlight   int
+	seenset    string
+	appDelay   time.Duration
 	amqpURL    string
 	redisBin   string
 	brokers    string
@@ -90,6 +100,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.workers, "workers", 32, "RabbitMQ concurrent workers (and app connection pool), bare and proxy alike")
 	fs.IntVar(&o.partitions, "partitions", 6, "Kafka partitions per topic")
 	fs.IntVar(&o.kafkaBatch, "kafka-batch", 32, "the proxy's Kafka batch_size (1: claim one message at a time)")
+	fs.StringVar(&o.ordering, "kafka-ordering", "partition", "the proxy's Kafka ordering: partition or key")
+	fs.IntVar(&o.inFlight, "max-in-flight", 64, "the proxy's Kafka max_in_flight (ordering key)")
+	fs.StringVar(&o.seenset, "seenset", "redis", "the proxy's seen-set: redis (the private redis-server) or memory")
+	fs.DurationVar(&o.appDelay, "app-delay", 0, "time the app takes per request (0: a no-op app)")
 	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	fs.StringVar(&o.redisBin, "redis-server", "redis-server", "redis-server binary for the private seen-set Redis")
 	fs.StringVar(&o.brokers, "brokers", "rabbitmq,kafka", "brokers to measure, comma-separated")
@@ -106,6 +120,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.n < 2 || o.rate < 1 || o.paced <= 0 || o.bodyBytes < 64 || o.prefetch < 1 || o.workers < 1 || o.partitions < 1 || o.kafkaBatch < 1 {
 		fmt.Fprintln(stderr, "bench: -n ≥ 2, -rate ≥ 1, -paced > 0, -body ≥ 64, -prefetch, -workers, -partitions and -kafka-batch ≥ 1")
+		return 2
+	}
+	if o.ordering != "partition" && o.ordering != "key" || o.seenset != "redis" && o.seenset != "memory" || o.inFlight < 1 || o.appDelay < 0 {
+		fmt.Fprintln(stderr, "bench: -kafka-ordering partition|key, -seenset redis|memory, -max-in-flight ≥ 1, -app-delay ≥ 0")
 		return 2
 	}
 	o.n -= o.n % 2 // (d) is exactly half duplicates

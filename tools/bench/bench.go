@@ -143,7 +143,7 @@ func newBench(ctx context.Context, o options, stderr io.Writer) (*bench, error) 
 		b.close()
 		return nil, err
 	}
-	if b.app, err = startApp(); err != nil {
+	if b.app, err = startApp(o.appDelay); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -203,7 +203,7 @@ func (b *bench) measure(ctx context.Context, br broker) *section {
 // proxy serves pprof, a CPU profile and two heap snapshots are written,
 // and no paced phase runs.
 func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir string) *row {
-	r := &row{kind: k, hasRedis: k.isProxy()}
+	r := &row{kind: k, hasRedis: k.isProxy() && b.o.seenset == "redis"}
 	id := fmt.Sprintf("bench-%s-%s-%s", b.runID, br.short(), k.letter())
 	if profileDir != "" {
 		id += "-prof"
@@ -499,6 +499,7 @@ app:
   url: "%s"
   max_conns: %d
 seenset:
+  backend: %s
   ttl: 1h
   redis:
     addrs: ["%s"]
@@ -506,7 +507,7 @@ seenset:
 sources:
   - name: bench
     path: /bench
-%s`, admin, pprof, b.app.url, b.o.workers, b.redis.addr, id, d.proxySource())
+%s`, admin, pprof, b.app.url, b.o.workers, b.o.seenset, b.redis.addr, id, d.proxySource())
 	cfgPath := filepath.Join(b.dir, id+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err

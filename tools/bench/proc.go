@@ -478,9 +478,11 @@ func infoField(info, name string) string {
 }
 
 // app is the no-op app: it reads the body, takes the publish time from
-// its first field, counts, and answers 204.
+// its first field, counts, and answers 204 (after delay, when set: a
+// slow app).
 type app struct {
 	url       string
+	delay     time.Duration
 	srv       *http.Server
 	n         atomic.Int64
 	mark      atomic.Int64
@@ -492,12 +494,12 @@ type app struct {
 
 var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func startApp() (*app, error) {
+func startApp(delay time.Duration) (*app, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	a := &app{url: "http://" + ln.Addr().String()}
+	a := &app{url: "http://" + ln.Addr().String(), delay: delay}
 	a.srv = &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = a.srv.Serve(ln) }()
 	return a, nil
@@ -517,6 +519,10 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		a.lat = append(a.lat, time.Duration(now-ts))
 		a.mu.Unlock()
+	}
+	if a.delay > 0 {
+		// After the arrival was recorded: latency stays publish→app.
+		time.Sleep(a.delay)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -1,7 +1,8 @@
 // Package demoapp is the small consumer app of the demo and of
 // docker-compose: it plays an order service that charges once per request
 // (a naive app, so every duplicate that reaches it shows as a duplicate
-// effect) and counts effects per Idempotency-Key.
+// effect) and counts effects per Idempotency-Key. It lives under tools/
+// because only the demo tools use it; the product never imports it.
 package demoapp
 
 import (

@@ -1,8 +1,16 @@
-// Command demo shows dedupe-proxy end to end against the local RabbitMQ
-// and Redis: it starts the demo app and two proxy replicas (the real
-// binary), publishes BabelQueue envelopes with duplicates — some published
-// concurrently with their original, some right after, some after the
-// original was processed — and prints what reached the app.
+// Command demo shows dedupe-proxy end to end: it starts the demo app and
+// two proxy replicas (the real binary), publishes BabelQueue envelopes
+// with duplicates — some published concurrently with their original, some
+// right after, some after the original was processed — and prints what
+// reached the app (make demo). It is a tool for trying the proxy, not part
+// of the product.
+//
+// It runs on the local RabbitMQ and Redis when both answer, and otherwise
+// says so in one line and runs the same demo on embedded parts: an
+// in-process Kafka (kfake) as the broker and an in-process Redis-protocol
+// server (miniredis) as the seen-set, both reached by the two proxy
+// processes over TCP. -broker and -seenset choose explicitly. The
+// embedded parts live here, in the demo tool, never in the proxy binary.
 package main
 
 import (
@@ -17,6 +25,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,10 +37,7 @@ import (
 
 	mrand "math/rand/v2"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/dedupe-proxy/dedupe-proxy/internal/demoapp"
+	"github.com/dedupe-proxy/dedupe-proxy/tools/internal/demoapp"
 )
 
 func main() {
@@ -49,6 +55,8 @@ type options struct {
 	amqpURL  string
 	redis    string
 	delay    time.Duration
+	broker   string
+	seenset  string
 }
 
 func run() error {
@@ -56,46 +64,52 @@ func run() error {
 	flag.StringVar(&o.proxy, "proxy", "bin/dedupe-proxy", "the dedupe-proxy binary (make build)")
 	flag.IntVar(&o.messages, "messages", 1000, "messages to publish")
 	flag.Float64Var(&o.dupRatio, "duplicates", 0.3, "fraction of messages that are duplicates")
-	flag.IntVar(&o.replicas, "replicas", 2, "proxy replicas consuming the same queue")
+	flag.IntVar(&o.replicas, "replicas", 2, "proxy replicas consuming the same queue or topic")
 	flag.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address")
 	flag.DurationVar(&o.delay, "app-delay", time.Millisecond, "time the demo app takes per request")
+	flag.StringVar(&o.broker, "broker", "auto", "rabbitmq (at -amqp), kafka (in-process), or auto: rabbitmq if it answers, else in-process Kafka and Redis")
+	flag.StringVar(&o.seenset, "seenset", "auto", "redis (at -redis), embedded (in-process), or auto: redis if it answers, else in-process")
 	flag.Parse()
 
 	if _, err := os.Stat(o.proxy); err != nil {
 		return fmt.Errorf("proxy binary %s not found: run make build (make demo does it)", o.proxy)
 	}
-	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: o.redis})
-	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s is not reachable (%v); start it: redis-server --daemonize yes --save '' --appendonly no", o.redis, err)
-	}
-	conn, err := amqp.Dial(o.amqpURL)
-	if err != nil {
-		return fmt.Errorf("RabbitMQ at %s is not reachable (%v); start it: rabbitmq-server -detached", redactURL(o.amqpURL), err)
-	}
-	defer conn.Close()
-
-	id := randHex(4)
-	queue := "dedupe-demo-" + id
-	prefix := "dedupe-demo:" + id + ":"
-	ch, err := conn.Channel()
+	c, err := choose(o.broker, o.seenset,
+		fallback{what: "RabbitMQ at " + amqpHost(o.amqpURL), probe: func() error { return probeTCP(amqpHost(o.amqpURL)) }},
+		fallback{what: "Redis at " + o.redis, probe: func() error { return probeRedis(o.redis) }})
 	if err != nil {
 		return err
 	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare queue: %w", err)
+	if c.note != "" {
+		fmt.Println(c.note)
 	}
-	defer func() {
-		if c, err := conn.Channel(); err == nil {
-			_, _ = c.QueueDelete(queue, false, false, false)
-		}
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-	}()
+	ctx := context.Background()
+	id := randHex(4)
+
+	var store *seenStore
+	switch c.seenset {
+	case seensetRedis:
+		store, err = openRedis(ctx, o.redis, "dedupe-demo:"+id+":")
+	default:
+		store, err = openEmbeddedRedis("dedupe-demo:" + id + ":")
+	}
+	if err != nil {
+		return err
+	}
+	defer store.close()
+
+	var br demoBroker
+	switch c.broker {
+	case brokerRabbitMQ:
+		br, err = openRabbit(o.amqpURL, "dedupe-demo-"+id)
+	default:
+		br, err = openKafka("dedupe-demo-"+id, o.replicas)
+	}
+	if err != nil {
+		return err
+	}
+	defer br.close()
 
 	app := demoapp.New(o.delay)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -124,27 +138,25 @@ delivery:
   busy_delay: 100ms
 sources:
   - name: orders
-    type: rabbitmq
     path: /orders
-    key: ["json:meta.id", "property:message_id"]
-    rabbitmq:
-      url: %s
-      queue: %s
-      prefetch: 64
-      workers: 16
-`, ln.Addr(), o.redis, prefix, o.amqpURL, queue)
+%s`, ln.Addr(), store.addr, store.prefix, br.source())
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 
-	fmt.Printf("dedupe-proxy demo\n  queue %s, Redis prefix %s, app %s, %d proxy replicas\n  logs and config in %s\n",
-		queue, prefix, ln.Addr(), o.replicas, dir)
+	fmt.Printf("dedupe-proxy demo\n  broker: %s\n  seen-set: %s, prefix %s\n  app %s, %d proxy replicas\n  logs and config in %s\n",
+		br.describe(), store.describe, store.prefix, ln.Addr(), o.replicas, dir)
 	var proxies []*replica
-	defer func() {
+	stopAll := func() {
+		// Concurrently: with Kafka, a replica stopping alone would make
+		// the other rejoin the group just before it stops too.
+		var wg sync.WaitGroup
 		for _, p := range proxies {
-			p.stop()
+			wg.Go(p.stop)
 		}
-	}()
+		wg.Wait()
+	}
+	defer stopAll()
 	for i := range o.replicas {
 		p, err := startReplica(o.proxy, cfgPath, dir, i)
 		if err != nil {
@@ -153,7 +165,7 @@ sources:
 		proxies = append(proxies, p)
 	}
 	for _, p := range proxies {
-		if err := p.waitReady(20 * time.Second); err != nil {
+		if err := p.waitReady(30 * time.Second); err != nil {
 			return err
 		}
 	}
@@ -173,8 +185,8 @@ sources:
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Add(2)
-	go func() { defer wg.Done(); errs <- publish(conn, queue, plan.main) }()
-	go func() { defer wg.Done(); errs <- publish(conn, queue, plan.concurrent) }()
+	go func() { defer wg.Done(); errs <- br.publish(plan.main) }()
+	go func() { defer wg.Done(); errs <- br.publish(plan.concurrent) }()
 	wg.Wait()
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -185,7 +197,7 @@ sources:
 	if err := waitFor(settled, wave1, 120*time.Second); err != nil {
 		return err
 	}
-	if err := publish(conn, queue, plan.later); err != nil {
+	if err := br.publish(plan.later); err != nil {
 		return err
 	}
 	if err := waitFor(settled, float64(o.messages), 120*time.Second); err != nil {
@@ -193,9 +205,7 @@ sources:
 	}
 	secs := time.Since(start).Seconds()
 	fwd, dup, dead := settled()
-	for _, p := range proxies {
-		p.stop()
-	}
+	stopAll()
 	for _, p := range proxies {
 		if p.exitErr != nil {
 			return fmt.Errorf("proxy %d exited with %v (log: %s)", p.n, p.exitErr, p.logPath)
@@ -203,7 +213,9 @@ sources:
 	}
 	st := app.Stats()
 
-	fmt.Printf("\n  %-28s %8d\n", "published", o.messages)
+	fmt.Printf("\n  %-28s %s\n", "broker", br.describe())
+	fmt.Printf("  %-28s %s\n", "seen-set", store.describe)
+	fmt.Printf("  %-28s %8d\n", "published", o.messages)
 	fmt.Printf("  %-28s %8d\n", "unique keys", plan.unique)
 	fmt.Printf("  %-28s %8.0f\n", "forwarded to the app", fwd)
 	fmt.Printf("  %-28s %8.0f\n", "skipped as duplicates", dup)
@@ -271,36 +283,6 @@ func envelope(key string, n int) []byte {
 		"attempts": 0,
 	})
 	return b
-}
-
-func publish(conn *amqp.Connection, queue string, bodies [][]byte) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
-	ctx := context.Background()
-	var pending []*amqp.DeferredConfirmation
-	for _, b := range bodies {
-		var env struct{ Meta struct{ ID string } }
-		_ = json.Unmarshal(b, &env)
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, amqp.Publishing{
-			ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: env.Meta.ID, AppId: "babelqueue", Body: b,
-		})
-		if err != nil {
-			return fmt.Errorf("publish: %w", err)
-		}
-		pending = append(pending, dc)
-	}
-	for _, dc := range pending {
-		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-			return fmt.Errorf("publish not confirmed: %v", err)
-		}
-	}
-	return nil
 }
 
 func waitFor(settled func() (float64, float64, float64), want float64, timeout time.Duration) error {
@@ -426,9 +408,11 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// redactURL hides the password of a URL. Replacing the password's text
+// would hit the user name first when both are the same (guest:guest).
 func redactURL(s string) string {
-	if u, err := amqp.ParseURI(s); err == nil && u.Password != "" {
-		return strings.Replace(s, u.Password, "xxxxx", 1)
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
 	}
 	return s
 }

@@ -1,6 +1,8 @@
 // Command demoapp is the demo's consumer: it answers 204 to every POST,
 // counts one effect per request by Idempotency-Key, and reports the counts
-// on GET /stats. docker-compose runs it next to the proxy.
+// on GET /stats. docker-compose runs it next to the proxy. It is a tool for
+// trying the proxy, not part of the product (the Dockerfile builds it only
+// for --target demoapp).
 package main
 
 import (
@@ -9,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/dedupe-proxy/dedupe-proxy/internal/demoapp"
+	"github.com/dedupe-proxy/dedupe-proxy/tools/internal/demoapp"
 )
 
 func main() {

@@ -126,8 +126,14 @@ func (d *kafkaDest) cleanup() {
 
 // inflightBound: with partition ordering (the default) a partition hands
 // at most batch_size fetched messages to the pipeline at once; one of
-// them is at the app.
-func (d *kafkaDest) inflightBound() int { return d.k.o.partitions * d.k.o.kafkaBatch }
+// them is at the app. With key ordering the source runs at most
+// max_in_flight handlers of one message each.
+func (d *kafkaDest) inflightBound() int {
+	if d.k.o.ordering == "key" {
+		return d.k.o.inFlight
+	}
+	return d.k.o.partitions * d.k.o.kafkaBatch
+}
 
 func (d *kafkaDest) group() string { return d.topic + "-group" }
 
@@ -140,7 +146,9 @@ func (d *kafkaDest) proxySource() string {
       commit_every: 500
       commit_interval: 1s
       batch_size: %d
-`, d.k.addr, d.topic, d.group(), d.k.o.kafkaBatch)
+      ordering: %s
+      max_in_flight: %d
+`, d.k.addr, d.topic, d.group(), d.k.o.kafkaBatch, d.k.o.ordering, d.k.o.inFlight)
 }
 
 func (d *kafkaDest) bareArgs() []string {

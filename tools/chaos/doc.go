@@ -2,5 +2,6 @@
 // chaos): the real dedupe-proxy binary as two processes in front of one
 // app that records every effect durably, while the suite SIGKILLs proxies,
 // kills and restarts Redis, cuts broker connections and makes the app fail
-// and time out — then counts every effect. See chaos_test.go.
+// and time out — then counts every effect. See chaos_test.go. It is a test
+// tool, not part of the product: it only drives the built binary.
 package chaos

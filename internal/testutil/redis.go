@@ -1,0 +1,15 @@
+package testutil
+
+import "os"
+
+// RedisAddr is the shared Redis the tests use (DEDUPE_TEST_REDIS_ADDR
+// overrides it). It is shared with other packages' tests and possibly
+// other runs: tests touch only keys under their own random prefix and
+// never flush, reconfigure or stop it. A test that needs a Redis to die
+// starts its own (StartRedis).
+func RedisAddr() string {
+	if a := os.Getenv("DEDUPE_TEST_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
