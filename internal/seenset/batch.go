@@ -26,12 +26,18 @@ type batcher struct {
 	once    sync.Once
 }
 
+// call is one script run (script set: n is its integer reply) or one
+// plain command (cmd set: val is its string reply, absent when Redis
+// answered nil).
 type call struct {
 	ctx    context.Context
 	script *redis.Script
 	keys   []string
 	args   []any
+	cmd    []any
 	n      int64
+	val    string
+	absent bool
 	err    error
 	done   chan struct{}
 }
@@ -62,20 +68,33 @@ func (b *batcher) close() {
 // do runs script on key. The error is the driver's, untranslated.
 func (b *batcher) do(ctx context.Context, s *redis.Script, key string, args ...any) (int64, error) {
 	c := &call{ctx: ctx, script: s, keys: []string{key}, args: args, done: make(chan struct{})}
+	err := b.wait(c)
+	return c.n, err
+}
+
+// doCmd runs one plain command whose reply is a string or nil.
+func (b *batcher) doCmd(ctx context.Context, cmd ...any) (val string, absent bool, err error) {
+	c := &call{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	err = b.wait(c)
+	return c.val, c.absent, err
+}
+
+func (b *batcher) wait(c *call) error {
+	ctx := c.ctx
 	select {
 	case b.calls <- c:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	case <-b.stop:
-		return 0, errClosed
+		return errClosed
 	}
 	select {
 	case <-c.done:
-		return c.n, c.err
+		return c.err
 	case <-ctx.Done():
-		// Like a lost reply: the script may still run. Every script is
+		// Like a lost reply: the call may still run. Every transition is
 		// idempotent for the same token, so the caller's retry is safe.
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
 }
 
@@ -131,7 +150,11 @@ func (b *batcher) exec(batch []*call) {
 		return
 	case 1:
 		c := live[0]
-		c.n, c.err = c.script.Run(c.ctx, b.c, c.keys, c.args...).Int64()
+		if c.cmd != nil {
+			c.setReply(b.c.Do(c.ctx, c.cmd...))
+		} else {
+			c.n, c.err = c.script.Run(c.ctx, b.c, c.keys, c.args...).Int64()
+		}
 		c.finish()
 		return
 	}
@@ -140,10 +163,19 @@ func (b *batcher) exec(batch []*call) {
 	pipe := b.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(live))
 	for i, c := range live {
+		if c.cmd != nil {
+			cmds[i] = pipe.Do(ctx, c.cmd...)
+			continue
+		}
 		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, c := range live {
+		if c.cmd != nil {
+			c.setReply(cmds[i])
+			c.finish()
+			continue
+		}
 		n, err := cmds[i].Int64()
 		if err != nil && isNoScript(err) {
 			// First use, or Redis restarted and lost its script cache:
@@ -153,6 +185,16 @@ func (b *batcher) exec(batch []*call) {
 		c.n, c.err = n, err
 		c.finish()
 	}
+}
+
+// setReply reads a plain command's string-or-nil reply.
+func (c *call) setReply(cmd *redis.Cmd) {
+	v, err := cmd.Text()
+	if errors.Is(err, redis.Nil) {
+		c.absent = true
+		return
+	}
+	c.val, c.err = v, err
 }
 
 // finish wakes the caller waiting in do; a batch call (ClaimMany) has no

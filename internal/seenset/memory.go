@@ -140,10 +140,11 @@ func (m *Memory) Commit(ctx context.Context, key, token string, ttl time.Duratio
 		return err
 	}
 	defer m.mu.Unlock()
-	if e, ok := m.lookup(key, now); ok && e.token != token {
+	e, held := m.lookup(key, now)
+	m.put(key, memEntry{state: Done, token: token, expires: now.Add(ttl)}, now)
+	if held && e.token != token {
 		return ErrNotOwner
 	}
-	m.put(key, memEntry{state: Done, token: token, expires: now.Add(ttl)}, now)
 	return nil
 }
 

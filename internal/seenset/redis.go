@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,8 +40,9 @@ type RedisOptions struct {
 //
 // A key's whole state lives in one string value, "inflight:<token>" or
 // "done:<token>", whose expiry is the lease or the done TTL. Every
-// transition is one Lua script on that single key: Redis runs a script
-// atomically, and a single key keeps it valid on Cluster.
+// transition is one command on that single key — a conditional SET, or a
+// Lua script, which Redis runs atomically — and a single key keeps it
+// valid on Cluster.
 //
 // Every method is idempotent for the same arguments, so go-redis' automatic
 // retry after a lost reply cannot change the outcome.
@@ -50,6 +52,9 @@ type Redis struct {
 	owned  bool
 	batch  *batcher
 	master string // Sentinel master set name, to name it in Durability
+	// scriptsOnly is set once Redis refused SET … GET (before 7.0 NX and
+	// GET do not combine): claims and commits then run as scripts.
+	scriptsOnly atomic.Bool
 }
 
 var _ BatchStore = (*Redis)(nil)
@@ -148,10 +153,11 @@ end
 return 0
 `)
 
-// KEYS[1] key, ARGV[1] token, ARGV[2] ttl ms.
+// KEYS[1] key, ARGV[1] token, ARGV[2] ttl ms. The same transition as the
+// plain SET … GET of Commit, for a Redis that cannot combine them.
 var commitScript = redis.NewScript(luaParse + `
+redis.call('SET', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[2])
 if (not v) or v == 'inflight:' .. ARGV[1] or v == 'done:' .. ARGV[1] then
-  redis.call('SET', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[2])
   return 1
 end
 return 0
@@ -178,15 +184,83 @@ end
 return {v, redis.call('PTTL', KEYS[1])}
 `)
 
+// The common path is two plain commands per forwarded message and no
+// script: a claim is SET key inflight:<token> NX PX <lease> GET, whose
+// reply is the value it found (nil: it set the key, claimed), and a
+// commit is SET key done:<token> PX <ttl> GET. Redis runs a plain SET
+// for a fraction of a script's cost. The scripts remain for the rare
+// transitions (renew, release, a claim retried under its own token) and
+// for a Redis older than 7.0.
+
+// Claim: see Store.
 func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duration) (ClaimResult, error) {
 	if err := validateArgs(key, token, lease); err != nil {
 		return 0, err
 	}
+	if !r.scriptsOnly.Load() {
+		old, absent, err := r.batch.doCmd(ctx, claimCmd(r.prefix+key, token, lease)...)
+		if !r.refusedSetGet(err) {
+			if err != nil {
+				return 0, unavailable(ctx, err)
+			}
+			return r.claimFound(ctx, key, token, lease, old, absent)
+		}
+	}
+	return r.claimByScript(ctx, key, token, lease)
+}
+
+func claimCmd(key, token string, lease time.Duration) []any {
+	return []any{"SET", key, "inflight:" + token, "NX", "PX", millis(lease), "GET"}
+}
+
+func commitCmd(key, token string, ttl time.Duration) []any {
+	return []any{"SET", key, "done:" + token, "PX", millis(ttl), "GET"}
+}
+
+func (r *Redis) claimByScript(ctx context.Context, key, token string, lease time.Duration) (ClaimResult, error) {
 	n, err := r.runInt(ctx, claimScript, key, token, millis(lease))
 	if err != nil {
 		return 0, err
 	}
 	return claimResult(n)
+}
+
+// claimFound decides a claim from the value SET NX GET found.
+func (r *Redis) claimFound(ctx context.Context, key, token string, lease time.Duration, old string, absent bool) (ClaimResult, error) {
+	switch {
+	case absent:
+		return Claimed, nil
+	case strings.HasPrefix(old, "done:"):
+		return Duplicate, nil
+	case old == "inflight:"+token:
+		// Our own claim, retried after a lost reply: it is ours, and its
+		// lease starts again, as the script does.
+		return r.claimByScript(ctx, key, token, lease)
+	case strings.HasPrefix(old, "inflight:"):
+		return Busy, nil
+	}
+	return 0, fmt.Errorf("%w: seenset: unexpected value under key", ErrKeyUnusable)
+}
+
+// commitFound decides a commit from the value SET GET replaced.
+func commitFound(token, old string, absent bool) error {
+	switch {
+	case absent, old == "inflight:"+token, old == "done:"+token:
+		return nil
+	case strings.HasPrefix(old, "inflight:"), strings.HasPrefix(old, "done:"):
+		return ErrNotOwner
+	}
+	return fmt.Errorf("%w: seenset: unexpected value under key (overwritten by the commit)", ErrKeyUnusable)
+}
+
+// refusedSetGet reports a Redis that does not know SET … NX … GET, and
+// switches to the scripts for good.
+func (r *Redis) refusedSetGet(err error) bool {
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "syntax error") {
+		return false
+	}
+	r.scriptsOnly.Store(true)
+	return true
 }
 
 func claimResult(n int64) (ClaimResult, error) {
@@ -205,7 +279,19 @@ func claimResult(n int64) (ClaimResult, error) {
 // the items are known together, so there is nothing to wait for.
 func (r *Redis) ClaimMany(ctx context.Context, items []KeyToken, lease time.Duration) []ClaimReply {
 	out := make([]ClaimReply, len(items))
-	for i, res := range r.runMany(ctx, claimScript, items, lease) {
+	if !r.scriptsOnly.Load() {
+		res := r.runMany(ctx, nil, claimCmd, items, lease)
+		if !r.refusedSetGet(firstErr(res)) {
+			for i, rep := range res {
+				out[i].Err = rep.err
+				if rep.err == nil {
+					out[i].Result, out[i].Err = r.claimFound(ctx, items[i].Key, items[i].Token, lease, rep.val, rep.absent)
+				}
+			}
+			return out
+		}
+	}
+	for i, res := range r.runMany(ctx, claimScript, nil, items, lease) {
 		out[i].Err = res.err
 		if res.err == nil {
 			out[i].Result, out[i].Err = claimResult(res.n)
@@ -217,7 +303,19 @@ func (r *Redis) ClaimMany(ctx context.Context, items []KeyToken, lease time.Dura
 // CommitMany sends every commit in one pipeline.
 func (r *Redis) CommitMany(ctx context.Context, items []KeyToken, ttl time.Duration) []error {
 	out := make([]error, len(items))
-	for i, res := range r.runMany(ctx, commitScript, items, ttl) {
+	if !r.scriptsOnly.Load() {
+		res := r.runMany(ctx, nil, commitCmd, items, ttl)
+		if !r.refusedSetGet(firstErr(res)) {
+			for i, rep := range res {
+				out[i] = rep.err
+				if rep.err == nil {
+					out[i] = commitFound(items[i].Token, rep.val, rep.absent)
+				}
+			}
+			return out
+		}
+	}
+	for i, res := range r.runMany(ctx, commitScript, nil, items, ttl) {
 		out[i] = res.err
 		if res.err == nil {
 			out[i] = ownedResult(res.n)
@@ -227,13 +325,25 @@ func (r *Redis) CommitMany(ctx context.Context, items []KeyToken, ttl time.Durat
 }
 
 type reply struct {
-	n   int64
-	err error // translated: ErrInvalid*, ErrUnavailable
+	n      int64
+	val    string
+	absent bool
+	err    error // translated: ErrInvalid*, ErrUnavailable, ErrKeyUnusable
 }
 
-// runMany runs s for every valid item in one pipelined batch; an invalid
-// item gets its validation error and no call.
-func (r *Redis) runMany(ctx context.Context, s *redis.Script, items []KeyToken, d time.Duration) []reply {
+func firstErr(rs []reply) error {
+	for _, r := range rs {
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return nil
+}
+
+// runMany runs, for every valid item in one pipelined batch, the script
+// s or, when s is nil, the plain command cmd builds; an invalid item gets
+// its validation error and no call.
+func (r *Redis) runMany(ctx context.Context, s *redis.Script, cmd func(key, token string, d time.Duration) []any, items []KeyToken, d time.Duration) []reply {
 	out := make([]reply, len(items))
 	calls := make([]*call, len(items))
 	live := make([]*call, 0, len(items))
@@ -242,7 +352,11 @@ func (r *Redis) runMany(ctx context.Context, s *redis.Script, items []KeyToken, 
 		if out[i].err = validateArgs(it.Key, it.Token, d); out[i].err != nil {
 			continue
 		}
-		calls[i] = &call{ctx: ctx, script: s, keys: []string{r.prefix + it.Key}, args: []any{it.Token, ms}}
+		if s == nil {
+			calls[i] = &call{ctx: ctx, cmd: cmd(r.prefix+it.Key, it.Token, d)}
+		} else {
+			calls[i] = &call{ctx: ctx, script: s, keys: []string{r.prefix + it.Key}, args: []any{it.Token, ms}}
+		}
 		live = append(live, calls[i])
 	}
 	r.batch.exec(live)
@@ -250,7 +364,7 @@ func (r *Redis) runMany(ctx context.Context, s *redis.Script, items []KeyToken, 
 		if c == nil {
 			continue
 		}
-		out[i].n = c.n
+		out[i].n, out[i].val, out[i].absent = c.n, c.val, c.absent
 		if c.err != nil {
 			out[i].err = unavailable(ctx, c.err)
 		}
@@ -265,9 +379,20 @@ func (r *Redis) Renew(ctx context.Context, key, token string, lease time.Duratio
 	return r.runOwned(ctx, renewScript, key, token, millis(lease))
 }
 
+// Commit: see Store. One plain SET … GET; the old value it returns says
+// whose the key was.
 func (r *Redis) Commit(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := validateArgs(key, token, ttl); err != nil {
 		return err
+	}
+	if !r.scriptsOnly.Load() {
+		old, absent, err := r.batch.doCmd(ctx, commitCmd(r.prefix+key, token, ttl)...)
+		if !r.refusedSetGet(err) {
+			if err != nil {
+				return unavailable(ctx, err)
+			}
+			return commitFound(token, old, absent)
+		}
 	}
 	return r.runOwned(ctx, commitScript, key, token, millis(ttl))
 }

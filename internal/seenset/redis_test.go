@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,6 +93,64 @@ func TestRedis(t *testing.T) {
 		s, _, _ := newSharedStore(t)
 		return s
 	})
+}
+
+// The script path a Redis older than 7.0 takes (it refuses SET … NX …
+// GET) passes the same suite.
+func TestRedisScriptsOnlyConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) seenset.Store {
+		s, _, _ := newSharedStore(t)
+		seenset.UseScriptsOnly(s)
+		return s
+	})
+}
+
+// The common path is plain commands: a forwarded message costs one SET to
+// claim and one SET to commit, a duplicate one SET, and no script runs.
+func TestRedisCommonPathIsTwoPlainCommands(t *testing.T) {
+	s, c, _ := newSharedStore(t)
+	ctx := context.Background()
+	before := commandCounts(t, c)
+	if res, err := s.Claim(ctx, "k", "A", time.Minute); err != nil || res != seenset.Claimed {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	if err := s.Commit(ctx, "k", "A", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Claim(ctx, "k", "B", time.Minute); err != nil || res != seenset.Duplicate {
+		t.Fatalf("duplicate claim: %v %v", res, err)
+	}
+	after := commandCounts(t, c)
+	if d := after["set"] - before["set"]; d < 3 {
+		t.Fatalf("%d SET calls, want 3", d)
+	}
+	for _, cmd := range []string{"evalsha", "eval", "get"} {
+		if d := after[cmd] - before[cmd]; d != 0 {
+			t.Fatalf("%d %s calls on the common path, want none", d, cmd)
+		}
+	}
+}
+
+// commandCounts reads INFO commandstats: calls per command, server-wide.
+// Other tests share the server, so callers check only what they alone
+// can have caused (no script at all here would be racy: use a private
+// server when a test needs exact totals).
+func commandCounts(t *testing.T, c *redis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		out[name], _ = strconv.Atoi(n)
+	}
+	return out
 }
 
 // The stored layout is what operators see with redis-cli and what a future
@@ -428,7 +487,9 @@ func TestRedisHonoursContextDeadline(t *testing.T) {
 // A key that holds something the seen-set did not write — another type,
 // or a string without our state prefix — is reported as ErrKeyUnusable,
 // not ErrUnavailable: the store is fine, and retrying cannot clear it.
-// Nothing is changed under the key, by any transition.
+// No transition but a commit changes it; a commit records the app's
+// success over a foreign string (one SET, no script to refuse it) and
+// still reports the key as unusable. Another type is never touched.
 func TestRedisForeignValueIsKeyUnusable(t *testing.T) {
 	c := sharedRedis(t)
 	prefix := randomPrefix(t)
@@ -442,28 +503,33 @@ func TestRedisForeignValueIsKeyUnusable(t *testing.T) {
 	if err := c.Set(ctx, prefix+"foreign", "someone else's", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	want := func(op, key string, err error) {
+		t.Helper()
+		if !errors.Is(err, seenset.ErrKeyUnusable) || errors.Is(err, seenset.ErrUnavailable) {
+			t.Errorf("%s on %s: err = %v, want ErrKeyUnusable and not ErrUnavailable", op, key, err)
+		}
+	}
 	for _, key := range []string{"hash", "foreign"} {
-		_, err := st.Claim(ctx, key, "tok", time.Minute)
 		items := []seenset.KeyToken{{Key: key, Token: "tok"}}
-		errs := map[string]error{
-			"claim":       err,
-			"renew":       st.Renew(ctx, key, "tok", time.Minute),
-			"commit":      st.Commit(ctx, key, "tok", time.Hour),
-			"release":     st.Release(ctx, key, "tok"),
-			"claim many":  st.ClaimMany(ctx, items, time.Minute)[0].Err,
-			"commit many": st.CommitMany(ctx, items, time.Hour)[0],
-		}
-		_, errs["status"] = st.Status(ctx, key)
-		for op, err := range errs {
-			if !errors.Is(err, seenset.ErrKeyUnusable) || errors.Is(err, seenset.ErrUnavailable) {
-				t.Errorf("%s on %s: err = %v, want ErrKeyUnusable and not ErrUnavailable", op, key, err)
-			}
-		}
+		_, err := st.Claim(ctx, key, "tok", time.Minute)
+		want("claim", key, err)
+		want("claim many", key, st.ClaimMany(ctx, items, time.Minute)[0].Err)
+		want("renew", key, st.Renew(ctx, key, "tok", time.Minute))
+		want("release", key, st.Release(ctx, key, "tok"))
+		_, err = st.Status(ctx, key)
+		want("status", key, err)
 	}
 	if v, err := c.Get(ctx, prefix+"foreign").Result(); err != nil || v != "someone else's" {
-		t.Fatalf("foreign value changed: %q %v", v, err)
+		t.Fatalf("foreign value changed before any commit: %q %v", v, err)
 	}
+	for _, key := range []string{"hash", "foreign"} {
+		want("commit", key, st.Commit(ctx, key, "tok", time.Hour))
+	}
+	want("commit many", "hash", st.CommitMany(ctx, []seenset.KeyToken{{Key: "hash", Token: "tok"}}, time.Hour)[0])
 	if ty, _ := c.Type(ctx, prefix+"hash").Result(); ty != "hash" {
 		t.Fatalf("hash key changed type: %s", ty)
+	}
+	if v, _ := c.Get(ctx, prefix+"foreign").Result(); v != "done:tok" {
+		t.Fatalf("foreign string after a commit = %q, want the success recorded", v)
 	}
 }

@@ -4,9 +4,12 @@
 //	absent → inflight:<token> (lease) → done (TTL)
 //
 // and back to absent on Release, lease expiry or Forget. Every transition is
-// atomic (Redis: one Lua script; memory: one lock) and Commit, Renew and
-// Release act only on the caller's own token, so a replica whose lease
-// expired can never overwrite the work of the replica that took over.
+// atomic (Redis: one conditional command or Lua script; memory: one lock).
+// Renew and Release act only on the caller's own token, so a replica
+// whose lease expired can never end or extend the claim of the replica
+// that took over. Commit records a success whoever holds the key: a
+// message that reached the app and succeeded is done, and the key must
+// say so even if the lease ran out meanwhile.
 //
 // The key is marked done only after the app succeeded (Commit), never
 // before: a store that marks first loses every message whose first attempt
@@ -116,12 +119,14 @@ type Store interface {
 	// longer inflight under token (lease lost).
 	Renew(ctx context.Context, key, token string, lease time.Duration) error
 
-	// Commit marks the key done for ttl. It succeeds when the key is
-	// inflight under token, when it is already done under token (a retried
-	// Commit whose first reply was lost), and when it is absent (the lease
-	// lapsed and nobody took over: recording the success still prevents a
-	// second effect). ErrNotOwner when another token holds it, inflight or
-	// done; nothing is changed then.
+	// Commit marks the key done under token for ttl, whatever held it:
+	// the app succeeded, so every later delivery must find the key done.
+	// It returns nil when the key was inflight or done under token (a
+	// retried Commit whose first reply was lost) or absent (the lease
+	// lapsed and nobody took over), and ErrNotOwner when another token
+	// held it — the caller's lease had expired and another owner took the
+	// key, which may be forwarding it again right now; that owner's own
+	// commit or release then finds the key done and changes nothing.
 	Commit(ctx context.Context, key, token string, ttl time.Duration) error
 
 	// Release gives up the caller's claim so the key can be claimed again
