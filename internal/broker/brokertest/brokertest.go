@@ -285,11 +285,10 @@ func (r *running) wait(t *testing.T, d time.Duration) {
 	}
 }
 
-// remaining stops nothing and settles nothing of the case's own sources
-// (they must be stopped): it publishes a sentinel and consumes the
-// destination with a fresh source up to it, acking everything, and returns
-// the bodies handed out before the sentinel — what earlier sources gave
-// back, in order.
+// remaining is what the case's sources, stopped before, left for the
+// next consumer: it publishes a sentinel, consumes the destination with a
+// fresh source up to it, acking everything, and returns the bodies handed
+// out before the sentinel, in order.
 func remaining(t *testing.T, dest Destination) []string {
 	t.Helper()
 	sentinel := "sentinel-" + randHex()
