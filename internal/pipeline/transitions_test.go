@@ -180,8 +180,9 @@ func (a takeover) Do(ctx context.Context, r forward.Request) forward.Result {
 }
 
 // A lease lost during the forward (renewals failed, another replica took
-// the key): counted, and the commit refused rather than overwriting the
-// other replica's claim; the app's success is acked.
+// the key): counted, and the app's success still recorded — the key is
+// done, so the other replica's commit or release changes nothing and no
+// later delivery is forwarded again; the message is acked.
 func TestTransitionLeaseLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newFaultyStore("renew")
@@ -193,8 +194,11 @@ func TestTransitionLeaseLost(t *testing.T) {
 			t.Fatalf("lease_lost %v, want 1 (the refused commit)", n)
 		}
 		s, err := st.Status(context.Background(), stored+"k")
-		if err != nil || s.State != seenset.Inflight || s.Token != "other-replica" {
-			t.Fatalf("key %+v %v: the other replica's claim must stand", s, err)
+		if err != nil || s.State != seenset.Done || s.Token == "other-replica" {
+			t.Fatalf("key %+v %v: want done under this replica's token", s, err)
+		}
+		if err := st.Release(context.Background(), stored+"k", "other-replica"); err == nil {
+			t.Fatal("the other replica's release succeeded over a done key")
 		}
 	})
 }

@@ -367,6 +367,13 @@ func (s *Source) Close() error {
 func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 	return s.RunBatches(ctx, func(ds []broker.Delivery) {
 		for _, d := range ds {
+			select {
+			case <-d.Lost():
+				// Stopped or revoked while the batch was being handed
+				// over: the rest stays unfinished, never handed out.
+				return
+			default:
+			}
 			h(d)
 			if !d.(*delivery).finished() {
 				// Left unfinished: the rest must wait behind it, and

@@ -193,6 +193,11 @@ func (p *partition) runInOrder(ctx context.Context, cancel context.CancelFunc, r
 			// Whatever waits in msgs stays unfinished.
 			return
 		}
+		if ctx.Err() != nil {
+			// select picks at random when both are ready: a stopping
+			// partition must not hand out another batch.
+			return
+		}
 	fill:
 		for len(batch) < size {
 			select {

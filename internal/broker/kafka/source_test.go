@@ -322,34 +322,6 @@ func TestCommitNeverPassesUnfinished(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 30)))
 }
 
-// A Requeue while the partition is still assigned does not stall it: the
-// message is handed over again, marked redelivered.
-func TestRequeueWhileAssignedRedelivers(t *testing.T) {
-	c := kafkatest.Start(t, 1, []string{"orders"})
-	c.Produce(t, "orders", records(1, 3)...)
-	o := options(c, "orders")
-	var mu sync.Mutex
-	var got []string
-	start(t, o, func(d broker.Delivery) {
-		m := d.Message()
-		mu.Lock()
-		got = append(got, fmt.Sprintf("%d:%v", m.Offset, m.Redelivered))
-		first := len(got) == 1
-		mu.Unlock()
-		if first {
-			_ = d.Requeue(context.Background())
-			return
-		}
-		_ = d.Ack(context.Background())
-	})
-	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 3)))
-	mu.Lock()
-	defer mu.Unlock()
-	if fmt.Sprint(got) != "[0:false 0:true 1:false 2:false]" {
-		t.Fatalf("deliveries = %v", got)
-	}
-}
-
 // RunBatches hands a partition's backlog over in order, in batches of at
 // most BatchSize; a message the handler gives back is handed over again,
 // alone, before everything the handler left after it, in order.
@@ -518,51 +490,6 @@ func TestDeadLetterWithoutTopicHolds(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
 	if v := promtest.ToFloat64(m.PartitionsHeld); v != 0 {
 		t.Fatalf("held gauge = %v after the message finished", v)
-	}
-}
-
-func TestDeadLetterTopic(t *testing.T) {
-	c := kafkatest.Start(t, 1, []string{"orders", "orders.dlq"})
-	c.Produce(t, "orders", kafkatest.Record{Key: []byte("rk"), Value: []byte("poison"),
-		Headers: []kafkago.Header{{Key: "x-tenant", Value: []byte("acme")}, {Key: broker.HeaderReason, Value: []byte("old")}}})
-	c.Produce(t, "orders", kafkatest.Record{Value: []byte("fine")})
-	o := options(c, "orders")
-	o.DeadLetterTopic = "orders.dlq"
-	start(t, o, func(d broker.Delivery) {
-		if string(d.Message().Body) == "poison" {
-			if err := d.DeadLetter(context.Background(), broker.DeadLetterInfo{Reason: "permanent: status 400", LastStatus: 400, Attempts: 1}); err != nil {
-				panic(err)
-			}
-			return
-		}
-		_ = d.Ack(context.Background())
-	})
-	testutil.Eventually(t, 10*time.Second, "committed past the dead letter", allCommitted(t, c, o.Group, "orders", uniform(1, 2)))
-	msgs := c.Read(t, "orders.dlq", 0, 1, 10*time.Second)
-	if len(msgs) != 1 {
-		t.Fatalf("dead-letter topic holds %d messages", len(msgs))
-	}
-	dl := msgs[0]
-	h := map[string]string{}
-	reasons := 0
-	for _, x := range dl.Headers {
-		h[x.Key] = string(x.Value)
-		if x.Key == broker.HeaderReason {
-			reasons++
-		}
-	}
-	want := map[string]string{
-		broker.HeaderReason: "permanent: status 400", broker.HeaderLastStatus: "400", broker.HeaderAttempts: "1",
-		broker.HeaderSource: "orders", broker.HeaderOriginalTopic: "orders", broker.HeaderOriginalPart: "0",
-		broker.HeaderOriginalOffset: "0", "x-tenant": "acme", broker.HeaderLastError: "",
-	}
-	for k, v := range want {
-		if got, ok := h[k]; !ok || got != v {
-			t.Errorf("header %s = %q (present %v), want %q", k, got, ok, v)
-		}
-	}
-	if reasons != 1 || h[broker.HeaderDeadLetteredAt] == "" || string(dl.Key) != "rk" || string(dl.Value) != "poison" {
-		t.Fatalf("dead letter: key %q value %q headers %v", dl.Key, dl.Value, h)
 	}
 }
 

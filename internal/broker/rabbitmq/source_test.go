@@ -2,14 +2,10 @@ package rabbitmq_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-	"sync"
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
@@ -111,104 +107,4 @@ func (r *running) stop(t *testing.T) {
 		t.Fatal("Run did not return within 20s of cancel")
 	}
 	_ = r.s.Close()
-}
-
-// A second settle returns broker.ErrAlreadySettled and never reaches the
-// broker: RabbitMQ would answer a tag acked twice with 406 and close the
-// channel, taking every delivery in flight with it.
-func TestSecondSettleReturnsErrAlreadySettled(t *testing.T) {
-	r := testutil.NewRabbit(t)
-	q := r.Queue("dptest.settle.", nil)
-	r.Publish(q, amqp.Publishing{Body: []byte("first")})
-	src := start(t, options(q))
-	ctx := context.Background()
-
-	first := src.next(t)
-	if err := first.d.Ack(ctx); err != nil {
-		t.Fatalf("first Ack: %v", err)
-	}
-	for what, err := range map[string]error{
-		"second Ack":           first.d.Ack(ctx),
-		"Requeue after Ack":    first.d.Requeue(ctx),
-		"DeadLetter after Ack": first.d.DeadLetter(ctx, broker.DeadLetterInfo{Reason: "x"}),
-	} {
-		if !errors.Is(err, broker.ErrAlreadySettled) {
-			t.Errorf("%s = %v, want ErrAlreadySettled", what, err)
-		}
-	}
-	close(first.done)
-
-	// Well past the acker's flush: a second ack of that tag would have
-	// closed the channel by now.
-	time.Sleep(50 * time.Millisecond)
-	const n = 20
-	for i := range n {
-		r.Publish(q, amqp.Publishing{Body: []byte(fmt.Sprint(i))})
-	}
-	for i := range n {
-		d := src.next(t)
-		if d.d.Message().Redelivered {
-			t.Errorf("message %d redelivered: the channel was closed", i)
-		}
-		if err := d.d.Ack(ctx); err != nil {
-			t.Errorf("Ack of message %d: %v", i, err)
-		}
-		close(d.done)
-	}
-	if err := src.s.Ready(); err != nil {
-		t.Fatalf("Ready = %v", err)
-	}
-	if c := src.reconnects(); c != 0 {
-		t.Fatalf("reconnected %v times: the channel or connection was closed", c)
-	}
-	// Stopping hands back whatever is unacked: nothing may be.
-	src.stop(t)
-	if got := r.Ready(q); got != 0 {
-		t.Fatalf("%d messages back in the queue after stop, want 0", got)
-	}
-}
-
-// Racing settles on one delivery: exactly one reaches the broker.
-func TestConcurrentSettlesSettleOnce(t *testing.T) {
-	r := testutil.NewRabbit(t)
-	q := r.Queue("dptest.settle.", nil)
-	r.Publish(q, amqp.Publishing{Body: []byte("m")})
-	src := start(t, options(q))
-
-	d := src.next(t)
-	const n = 8
-	errs := make([]error, n)
-	var ready, wg sync.WaitGroup
-	ready.Add(n)
-	wg.Add(n)
-	for i := range n {
-		go func() {
-			defer wg.Done()
-			ready.Done()
-			ready.Wait()
-			if i%2 == 0 {
-				errs[i] = d.d.Ack(context.Background())
-			} else {
-				errs[i] = d.d.Requeue(context.Background())
-			}
-		}()
-	}
-	wg.Wait()
-	close(d.done)
-	ok := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, broker.ErrAlreadySettled):
-			t.Errorf("settle = %v, want nil or ErrAlreadySettled", err)
-		}
-	}
-	if ok != 1 {
-		t.Fatalf("%d of %d racing settles went through, want 1", ok, n)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if c := src.reconnects(); c != 0 || src.s.Ready() != nil {
-		t.Fatalf("reconnected %v times, Ready = %v: the channel was closed", c, src.s.Ready())
-	}
 }
