@@ -35,7 +35,12 @@ func (p *Pipeline) handleBatch(src *source, ds []broker.Delivery) {
 	defer src.m.inflight.Sub(float64(len(ds)))
 	ws := make([]work, len(ds))
 	g := newCommitter(p)
-	defer g.wait()
+	defer func() {
+		g.wait()
+		for i := range ws {
+			ws[i].dropLocal()
+		}
+	}()
 	for i, d := range ds {
 		ws[i] = work{p: p, s: src, d: d, m: d.Message(), group: g}
 	}
@@ -143,6 +148,9 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 	if err == nil {
 		for j, i := range at {
 			claims[i].result = replies[j].Result
+			if replies[j].Result == seenset.Claimed {
+				ws[i].holdLocal(claims[i].token)
+			}
 		}
 		return claims, claimedAt
 	}
@@ -247,6 +255,7 @@ func (c *committer) commit(todo []pendingCommit) {
 			p.log.Warn("batched commit failed; retrying it alone", t.w.attrs(slog.String("err", err.Error()))...)
 			t.w.commit(t.token)
 		}
+		t.w.dropLocal()
 		t.w.ack(metrics.Forwarded)
 	}
 }

@@ -104,6 +104,7 @@ type Pipeline struct {
 	abort    context.CancelFunc
 	tokenPfx string
 	tokenSeq atomic.Uint64
+	locals   *localClaims
 }
 
 // New returns a Pipeline.
@@ -130,6 +131,7 @@ func New(o Options) *Pipeline {
 		draining: make(chan struct{}),
 		hard:     hard,
 		abort:    abort,
+		locals:   newLocalClaims(),
 		// One random prefix per process and a counter: unique across
 		// replicas without a crypto/rand read per message.
 		tokenPfx: hex.EncodeToString(b) + "-",
@@ -185,6 +187,7 @@ func (p *Pipeline) handle(src *source, d broker.Delivery) {
 	w := &work{p: p, s: src, d: d, m: d.Message()}
 	src.m.inflight.Inc()
 	defer src.m.inflight.Dec()
+	defer w.dropLocal()
 	defer w.recoverPanic()
 	w.run()
 }
@@ -379,6 +382,7 @@ func (w *work) renewLease(token string) (stop func()) {
 func (w *work) commit(token string) {
 	p := w.p
 	w.held = ""
+	defer w.dropLocal()
 	var err error
 	for i := 1; i <= p.o.CommitAttempts; i++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 5*time.Second)
@@ -438,6 +442,7 @@ func (w *work) leaseLost(msg string) {
 func (w *work) keepClaim(token string) {
 	p := w.p
 	w.held = ""
+	w.dropLocal()
 	_ = w.renew(token)
 	// Counted from now even when the renewal failed: the lease may still
 	// run (it was renewed at most lease/3 ago), and waiting too long is
@@ -450,6 +455,7 @@ func (w *work) keepClaim(token string) {
 func (w *work) release(token string) {
 	p := w.p
 	w.held = ""
+	defer w.dropLocal()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 2*time.Second)
 	start := time.Now()
 	err := p.o.Store.Release(ctx, w.full, token)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
@@ -307,6 +308,43 @@ func TestTransitionBusy(t *testing.T) {
 		wantOnly(t, k, "ack")
 		if !released.Load() || app.n() != 1 || event(fx.m, metrics.EventBusy) < 10 {
 			t.Fatalf("released %v, %d forwards, %v busy events", released.Load(), app.n(), event(fx.m, metrics.EventBusy))
+		}
+	})
+}
+
+// slowApp answers 2xx after a while.
+type slowApp struct {
+	took  time.Duration
+	calls atomic.Int32
+}
+
+func (a *slowApp) Do(context.Context, forward.Request) forward.Result {
+	a.calls.Add(1)
+	time.Sleep(a.took)
+	return ok
+}
+
+// A duplicate that arrives while this same replica forwards its original
+// waits here for the outcome and is acked as a duplicate — not requeued
+// to come back after busy_delay. A key another replica holds is still
+// requeued (TestTransitionBusy).
+func TestTransitionBusyHereWaitsLocally(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		app := &slowApp{took: 5 * time.Second}
+		fx := newFixture(seenset.NewMemory(), app, nil)
+		h := fx.handler(true)
+		first, dup := newRecDelivery("k"), newRecDelivery("k")
+		go h(first)
+		synctest.Wait() // the first is at the app
+		h(dup)
+		synctest.Wait()
+		wantOnly(t, first, "ack")
+		wantOnly(t, dup, "ack")
+		if n := app.calls.Load(); n != 1 {
+			t.Fatalf("%d forwards, want 1", n)
+		}
+		if d := promtest.ToFloat64(fx.m.Messages.WithLabelValues("s", metrics.Duplicate)); d != 1 {
+			t.Fatalf("duplicates %v, want 1", d)
 		}
 	})
 }

@@ -66,6 +66,8 @@ type work struct {
 	// then — by the lease it was left with, by no replica.
 	notBefore time.Time
 	settled   bool
+	// localToken is the claim recorded in the pipeline's localClaims.
+	localToken string
 }
 
 type acquired int
@@ -163,8 +165,20 @@ func (w *work) loop() {
 			return
 		case busy:
 			w.event(metrics.EventBusy)
-			// RabbitMQ: give it back; another delivery (or this one
-			// later) finds it done or free. Kafka: the partition waits.
+			if ch := w.p.locals.waitFor(w.full); ch != nil {
+				// This replica is forwarding the key: its outcome is
+				// moments away and will be known here, so wait for it
+				// (bounded: a claim whose lease ran out unrenewed is
+				// claimed again by whoever asks next) and look again.
+				if !w.waitLocal(ch, w.p.o.Lease) {
+					w.requeue("stopped while the key was held here")
+					return
+				}
+				continue
+			}
+			// Another replica has it. RabbitMQ: give it back; another
+			// delivery (or this one later) finds it done or free. Kafka:
+			// the partition waits.
 			if w.s.Requeues || !w.wait(w.p.o.BusyDelay) {
 				w.requeue("key busy on another replica")
 				return
@@ -239,6 +253,7 @@ func (w *work) acquire() acquired {
 			return busy
 		}
 		w.token, w.held, w.sent = token, token, false
+		w.holdLocal(token)
 		return claimed
 	}
 }
