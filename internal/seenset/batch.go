@@ -68,15 +68,20 @@ func (b *batcher) close() {
 // do runs script on key. The error is the driver's, untranslated.
 func (b *batcher) do(ctx context.Context, s *redis.Script, key string, args ...any) (int64, error) {
 	c := &call{ctx: ctx, script: s, keys: []string{key}, args: args, done: make(chan struct{})}
-	err := b.wait(c)
-	return c.n, err
+	if err := b.wait(c); err != nil {
+		// c may still be running: its fields are not ours to read.
+		return 0, err
+	}
+	return c.n, nil
 }
 
 // doCmd runs one plain command whose reply is a string or nil.
 func (b *batcher) doCmd(ctx context.Context, cmd ...any) (val string, absent bool, err error) {
 	c := &call{ctx: ctx, cmd: cmd, done: make(chan struct{})}
-	err = b.wait(c)
-	return c.val, c.absent, err
+	if err := b.wait(c); err != nil {
+		return "", false, err
+	}
+	return c.val, c.absent, nil
 }
 
 func (b *batcher) wait(c *call) error {
