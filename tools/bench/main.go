@@ -36,6 +36,10 @@
 // drain (the consumer, Redis, RabbitMQ, this process, everything else),
 // then the ratios against the targets of issue 7.
 //
+// Then the Kafka failover section (failover.go): how long partitions
+// stall when one of two proxies is stopped, killed, or killed in a burst;
+// -only failover runs it alone, -only rows skips it.
+//
 // Machines are shared and noisy: compare the ratios printed under the
 // table, which come from one run, not absolute numbers across runs. A
 // missed target is reported, never an exit status; the exit status is 1
