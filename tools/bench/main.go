@@ -36,6 +36,10 @@
 // drain (the consumer, Redis, RabbitMQ, this process, everything else),
 // then the ratios against the targets of issue 7.
 //
+// Then the Kafka failover section (failover.go): how long partitions
+// stall when one of two proxies is stopped, killed, or killed in a burst;
+// -only failover runs it alone, -only rows skips it.
+//
 // Machines are shared and noisy: compare the ratios printed under the
 // table, which come from one run, not absolute numbers across runs. A
 // missed target is reported, never an exit status; the exit status is 1
@@ -49,6 +53,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -78,6 +83,19 @@ type options struct {
 	profileFor time.Duration
 	timeout    time.Duration
 	verbose    bool
+	// only picks one part of the benchmark: "" (all), "rows" or
+	// "failover".
+	only string
+	// The Kafka failover section: publish rate and the proxies' group
+	// timing and lease (0: the proxy's defaults).
+	foRate      int
+	foWhich     string
+	foWindow    time.Duration
+	keep        bool
+	foSession   time.Duration
+	foHeartbeat time.Duration
+	foRebalance time.Duration
+	foLease     time.Duration
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -111,6 +129,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.profileFor, "profile-time", 4*time.Second, "CPU profile duration of the -profile runs")
 	fs.DurationVar(&o.timeout, "row-timeout", 90*time.Second, "give up on a row's drain after this long")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
+	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table) or failover (the Kafka failover section)")
+	fs.StringVar(&o.foWhich, "failover", "abc", "failover section: the scenarios to run, (a) SIGTERM, (b) SIGKILL, (c) a burst of SIGKILLs")
+	fs.DurationVar(&o.foWindow, "failover-window", 0, "failover section: the longest wait after the last signal for every partition to flow (0: session_timeout + rebalance_timeout + 5s)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the configs and child logs (their directory is printed to stderr)")
+	fs.IntVar(&o.foRate, "failover-rate", 500, "failover section: publish rate, msgs/s")
+	fs.DurationVar(&o.foSession, "session-timeout", 0, "failover section: the proxies' kafka session_timeout (0: the proxy's default)")
+	fs.DurationVar(&o.foHeartbeat, "heartbeat-interval", 0, "failover section: the proxies' kafka heartbeat_interval (0: the proxy's default)")
+	fs.DurationVar(&o.foRebalance, "rebalance-timeout", 0, "failover section: the proxies' kafka rebalance_timeout (0: the proxy's default)")
+	fs.DurationVar(&o.foLease, "lease", 0, "failover section: the proxies' seenset.lease (0: the proxy's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -124,6 +151,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.ordering != "partition" && o.ordering != "key" || o.seenset != "redis" && o.seenset != "memory" || o.inFlight < 1 || o.appDelay < 0 {
 		fmt.Fprintln(stderr, "bench: -kafka-ordering partition|key, -seenset redis|memory, -max-in-flight ≥ 1, -app-delay ≥ 0")
+		return 2
+	}
+	if o.only != "" && o.only != "rows" && o.only != "failover" || o.foRate < 1 {
+		fmt.Fprintln(stderr, "bench: -only rows|failover, -failover-rate ≥ 1")
 		return 2
 	}
 	o.n -= o.n % 2 // (d) is exactly half duplicates
@@ -140,9 +171,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer b.close()
+	if o.keep {
+		b.keepDir = true
+		fmt.Fprintf(stderr, "bench: configs and logs in %s\n", b.dir)
+	}
 
 	rep := &report{o: o, machine: b.machine(ctx)}
-	for _, name := range strings.Split(o.brokers, ",") {
+	brokers := strings.Split(o.brokers, ",")
+	if o.only == "failover" {
+		brokers = nil
+	}
+	for _, name := range brokers {
 		name = strings.TrimSpace(name)
 		if ctx.Err() != nil {
 			break
@@ -157,6 +196,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "bench: unknown broker %q (rabbitmq, kafka)\n", name)
 			return 2
 		}
+	}
+	if o.only != "rows" && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
+		rep.failover = b.measureFailover(ctx)
 	}
 	if o.profileDir != "" && ctx.Err() == nil {
 		rep.profiles = b.profileAll(ctx)

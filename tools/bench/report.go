@@ -17,6 +17,7 @@ type report struct {
 	o        options
 	machine  []string
 	sections []*section
+	failover *failoverSection
 	profiles []string
 }
 
@@ -108,6 +109,13 @@ func (r *report) failed() bool {
 			}
 		}
 	}
+	if r.failover != nil {
+		for _, row := range r.failover.rows {
+			if row.err != nil {
+				return true
+			}
+		}
+	}
 	return false
 }
 
@@ -116,6 +124,31 @@ func (r *report) print(w io.Writer) {
 	for _, m := range r.machine {
 		fmt.Fprintln(w, "  "+m)
 	}
+	if len(r.sections) > 0 {
+		r.printTable(w)
+	}
+	r.printCPU(w)
+	for _, s := range r.sections {
+		if s.missing != "" || len(s.rows) < 4 {
+			continue
+		}
+		r.printRatios(w, s)
+	}
+	if r.failover != nil {
+		r.failover.print(w)
+	}
+	if len(r.profiles) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Profiles (extra runs of (c), not in the table; allocations = allocs minus allocs-base):")
+		for _, p := range r.profiles {
+			fmt.Fprintln(w, "  "+p)
+		}
+		fmt.Fprintln(w, "  view: go tool pprof -top <cpu>; go tool pprof -sample_index=alloc_space -base <allocs-base> -top <allocs>")
+	}
+}
+
+// printTable prints the rows of every broker.
+func (r *report) printTable(w io.Writer) {
 	fmt.Fprintln(w)
 	const head = "%-38s %9s %9s %9s %8s %8s %10s %9s\n"
 	fmt.Fprintf(w, head, "", "msgs/s", "p50", "p99", "Redis", "Redis", "CPU s per", "peak RSS")
@@ -155,22 +188,6 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w, "  Redis rt/msg: network round trips (INFO total_reads_processed) per message during the drain;")
 	fmt.Fprintln(w, "  cmd/msg: INFO commandstats calls per message, commands run inside the Lua scripts included.")
 	fmt.Fprintln(w, "  CPU and peak RSS: the consumer process only (/proc/<pid>/stat utime+stime over the drain; VmHWM).")
-
-	r.printCPU(w)
-	for _, s := range r.sections {
-		if s.missing != "" || len(s.rows) < 4 {
-			continue
-		}
-		r.printRatios(w, s)
-	}
-	if len(r.profiles) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Profiles (extra runs of (c), not in the table; allocations = allocs minus allocs-base):")
-		for _, p := range r.profiles {
-			fmt.Fprintln(w, "  "+p)
-		}
-		fmt.Fprintln(w, "  view: go tool pprof -top <cpu>; go tool pprof -sample_index=alloc_space -base <allocs-base> -top <allocs>")
-	}
 }
 
 // printCPU says where the machine's CPU went during each drain: on a
