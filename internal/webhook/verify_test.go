@@ -95,7 +95,9 @@ func TestProfilesProviderRecipes(t *testing.T) {
 	ts := strconv.FormatInt(now.Unix(), 10)
 	body := `{"id":"evt_1","event_id":"Ev1","type":"x"}`
 	const secret = "s3cr3t-of-the-sender"
-	hexSig := func(newH func() hash.Hash, msg string) string { return hex.EncodeToString(mac(newH, []byte(secret), msg)) }
+	hexSig := func(newH func() hash.Hash, msg string) string {
+		return hex.EncodeToString(mac(newH, []byte(secret), msg))
+	}
 	b64Sig := func(newH func() hash.Hash, msg string) string {
 		return base64.StdEncoding.EncodeToString(mac(newH, []byte(secret), msg))
 	}
@@ -203,12 +205,24 @@ func TestToleranceEdges(t *testing.T) {
 
 func TestNewVerifierRefuses(t *testing.T) {
 	for name, f := range map[string]func() error{
-		"unknown profile":     func() error { _, err := NewVerifier("paypal", []string{"x"}, time.Minute, Generic{}); return err },
-		"no secret":           func() error { _, err := NewVerifier(ProfileGitHub, nil, time.Minute, Generic{}); return err },
-		"undecodable whsec":   func() error { _, err := NewVerifier(ProfileStandard, []string{"whsec_!!"}, time.Minute, Generic{}); return err },
-		"generic, no header":  func() error { _, err := NewVerifier(ProfileGenericHMAC, []string{"x"}, time.Minute, Generic{}); return err },
-		"generic, md5":        func() error { _, err := NewVerifier(ProfileGenericHMAC, []string{"x"}, time.Minute, Generic{Header: "X", Encoding: "hex", Algorithm: "md5"}); return err },
-		"generic, bad encode": func() error { _, err := NewVerifier(ProfileGenericHMAC, []string{"x"}, time.Minute, Generic{Header: "X", Encoding: "b32", Algorithm: "sha256"}); return err },
+		"unknown profile": func() error { _, err := NewVerifier("paypal", []string{"x"}, time.Minute, Generic{}); return err },
+		"no secret":       func() error { _, err := NewVerifier(ProfileGitHub, nil, time.Minute, Generic{}); return err },
+		"undecodable whsec": func() error {
+			_, err := NewVerifier(ProfileStandard, []string{"whsec_!!"}, time.Minute, Generic{})
+			return err
+		},
+		"generic, no header": func() error {
+			_, err := NewVerifier(ProfileGenericHMAC, []string{"x"}, time.Minute, Generic{})
+			return err
+		},
+		"generic, md5": func() error {
+			_, err := NewVerifier(ProfileGenericHMAC, []string{"x"}, time.Minute, Generic{Header: "X", Encoding: "hex", Algorithm: "md5"})
+			return err
+		},
+		"generic, bad encode": func() error {
+			_, err := NewVerifier(ProfileGenericHMAC, []string{"x"}, time.Minute, Generic{Header: "X", Encoding: "b32", Algorithm: "sha256"})
+			return err
+		},
 	} {
 		if f() == nil {
 			t.Errorf("%s: accepted", name)
