@@ -54,9 +54,11 @@ type Options struct {
 	Prefix   string
 	Profile  string
 	Verifier *Verifier
-	// Keys, when set, take the event key instead of the profile's event id
-	// (always for generic-hmac and none).
-	Keys  *keys.Extractor
+	// Keys are the source's key rules; they take the event key when
+	// KeyFromRules is set and for the profiles without an event id
+	// (generic-hmac, none). Nil: the default rule.
+	Keys         *keys.Extractor
+	KeyFromRules bool
 	Store seenset.Store
 	Lease time.Duration
 	TTL   time.Duration
@@ -181,7 +183,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // key is the profile's event id, or the key rules' answer.
 func (h *Handler) key(hd http.Header, body []byte) (string, string) {
-	if h.o.Keys == nil {
+	if !h.o.KeyFromRules {
 		if k, why, ok := ProfileKey(h.o.Profile, hd, body); ok {
 			if k != "" && len(k) <= keys.MaxKeyBytes {
 				return k, ""
