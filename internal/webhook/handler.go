@@ -59,9 +59,9 @@ type Options struct {
 	// (generic-hmac, none). Nil: the default rule.
 	Keys         *keys.Extractor
 	KeyFromRules bool
-	Store seenset.Store
-	Lease time.Duration
-	TTL   time.Duration
+	Store        seenset.Store
+	Lease        time.Duration
+	TTL          time.Duration
 	// BusyDelay is the Retry-After of a 409 (the event is being stored by
 	// another request right now).
 	BusyDelay time.Duration
