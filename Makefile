@@ -6,7 +6,7 @@ BIN := bin/dedupe-proxy
 # The whole suite against the local RabbitMQ and Redis; the README's test command.
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: help build test demo demo-embedded check vet fmt-check chaos clean
+.PHONY: help build test demo demo-webhook demo-embedded check vet fmt-check chaos clean
 # The demo's parts: auto uses the local RabbitMQ and Redis when both answer
 # and otherwise an in-process Kafka and Redis; EMBEDDED=1 asks for those.
 BROKER ?= auto
@@ -29,6 +29,9 @@ test: ## Unit and end-to-end tests (race detector) against the local RabbitMQ an
 
 demo: build ## Demo: 2 proxies, 1,000 envelopes, 30% duplicates; BROKER=rabbitmq|kafka SEENSET=redis|embedded EMBEDDED=1
 	go run ./tools/demo --proxy $(BIN) --broker $(BROKER) --seenset $(SEENSET) $(DEMO_FLAGS)
+
+demo-webhook: build ## Demo: signed webhooks (30% redeliveries, some concurrent) → 2 proxies → RabbitMQ → app; needs RabbitMQ
+	go run ./tools/demo --proxy $(BIN) --webhook --seenset $(SEENSET) $(DEMO_FLAGS)
 
 demo-embedded: build ## The demo on an in-process Kafka and Redis only, whatever runs locally (part of check)
 	go run ./tools/demo --proxy $(BIN) --broker kafka --seenset embedded $(DEMO_FLAGS)

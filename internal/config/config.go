@@ -112,6 +112,7 @@ type Source struct {
 	MaxRedeliveryDelay time.Duration `mapstructure:"max_redelivery_delay"`
 	RabbitMQ           RabbitMQ      `mapstructure:"rabbitmq"`
 	Kafka              Kafka         `mapstructure:"kafka"`
+	Webhook            Webhook       `mapstructure:"webhook"`
 }
 
 // RabbitMQ is an AMQP 0-9-1 queue consumer.
@@ -169,6 +170,63 @@ type KafkaTLS struct {
 	CertFile           string `mapstructure:"cert_file"`
 	KeyFile            string `mapstructure:"key_file"`
 	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify"`
+}
+
+// Webhook is an HTTP listener for signed webhooks (type webhook): each
+// request is verified, its event key claimed in the seen-set, then
+// published to Target (mode enqueue) or forwarded to the app at the
+// source's path (mode forward).
+type Webhook struct {
+	Listen  string `mapstructure:"listen"`
+	Path    string `mapstructure:"path"`
+	Profile string `mapstructure:"profile"`
+	// Secrets are "env:<VARIABLE>" or "file:<path>", never the secret
+	// itself: the config file is a ConfigMap. Any of them verifies a
+	// request (rotation).
+	Secrets   []string      `mapstructure:"secrets"`
+	Tolerance time.Duration `mapstructure:"tolerance"`
+	// KeyFrom: "profile" takes the sender's event id (generic-hmac and
+	// none have none and use the key rules), "rules" the source's key.
+	KeyFrom       string        `mapstructure:"key_from"`
+	Mode          string        `mapstructure:"mode"`
+	Target        WebhookTarget `mapstructure:"target"`
+	MaxBodyBytes  ByteSize      `mapstructure:"max_body_bytes"`
+	MaxConcurrent int           `mapstructure:"max_concurrent"`
+	ReadTimeout   time.Duration `mapstructure:"read_timeout"`
+	// AllowUnsignedOn acknowledges profile none on a listener that is not
+	// loopback; it must equal listen, so moving the listener asks again.
+	AllowUnsignedOn string         `mapstructure:"allow_unsigned_on"`
+	Generic         WebhookGeneric `mapstructure:"generic"`
+}
+
+// WebhookTarget is where mode enqueue publishes: Broker names the block.
+type WebhookTarget struct {
+	Broker   string          `mapstructure:"broker"`
+	RabbitMQ WebhookRabbitMQ `mapstructure:"rabbitmq"`
+	Kafka    WebhookKafka    `mapstructure:"kafka"`
+}
+
+// WebhookRabbitMQ publishes to Exchange with RoutingKey (the default
+// exchange "" routes to the queue named by the routing key).
+type WebhookRabbitMQ struct {
+	URL        string `mapstructure:"url"`
+	Exchange   string `mapstructure:"exchange"`
+	RoutingKey string `mapstructure:"routing_key"`
+}
+
+// WebhookKafka produces to Topic.
+type WebhookKafka struct {
+	Brokers []string `mapstructure:"brokers"`
+	Topic   string   `mapstructure:"topic"`
+}
+
+// WebhookGeneric describes a generic-hmac sender.
+type WebhookGeneric struct {
+	Header          string `mapstructure:"header"`
+	Prefix          string `mapstructure:"prefix"`
+	Encoding        string `mapstructure:"encoding"`
+	Algorithm       string `mapstructure:"algorithm"`
+	TimestampHeader string `mapstructure:"timestamp_header"`
 }
 
 // Default is the configuration with every default filled in; Load starts
@@ -241,6 +299,23 @@ func DefaultSource() Source {
 			SessionTimeout:    10 * time.Second,
 			HeartbeatInterval: time.Second,
 			RebalanceTimeout:  30 * time.Second,
+		},
+		Webhook: Webhook{
+			Listen:    "127.0.0.1:8088",
+			Path:      "/webhook",
+			Profile:   "standard-webhooks",
+			Tolerance: 5 * time.Minute,
+			KeyFrom:   "profile",
+			Mode:      "enqueue",
+			Target: WebhookTarget{
+				Broker:   "rabbitmq",
+				RabbitMQ: WebhookRabbitMQ{URL: "amqp://guest:guest@127.0.0.1:5672/"},
+				Kafka:    WebhookKafka{Brokers: []string{"127.0.0.1:9092"}},
+			},
+			MaxBodyBytes:  1 << 20,
+			MaxConcurrent: 256,
+			ReadTimeout:   10 * time.Second,
+			Generic:       WebhookGeneric{Encoding: "hex", Algorithm: "sha256"},
 		},
 	}
 }

@@ -80,9 +80,22 @@ func Load(path string, environ []string) (*Config, error) {
 		src := DefaultSource()
 		errs = append(errs, unknownKeys(m, reflect.TypeOf(Source{}), prefix)...)
 		errs = append(errs, decode(m, &src, prefix)...)
-		for _, other := range []string{"rabbitmq", "kafka"} {
+		for _, other := range []string{"rabbitmq", "kafka", "webhook"} {
 			if _, set := m[other]; set && src.Type != other {
 				errs = append(errs, fmt.Errorf("%s.%s: set, but the source's type is %q", prefix, other, src.Type))
+			}
+		}
+		if src.Type == "webhook" {
+			// A secret named by env: is read from the same environment,
+			// and is a setting of its own, not an unknown variable.
+			for _, ref := range src.Webhook.Secrets {
+				if name, ok := strings.CutPrefix(ref, "env:"); ok {
+					used[name] = true
+				}
+			}
+			_, serrs := src.Webhook.ResolveSecrets(func(name string) (string, bool) { v, ok := env[name]; return v, ok })
+			for _, e := range serrs {
+				errs = append(errs, fmt.Errorf("%s.webhook.%w", prefix, e))
 			}
 		}
 		cfg.Sources = append(cfg.Sources, src)

@@ -151,7 +151,7 @@ func (s *Source) validate(at string, p *problems) {
 	if !nameRE.MatchString(s.Name) {
 		p.add(at+".name", "must be set to a name of letters, digits, '.', '_' or '-', got %q", s.Name)
 	}
-	p.oneOf(at+".type", s.Type, "rabbitmq", "kafka")
+	p.oneOf(at+".type", s.Type, "rabbitmq", "kafka", "webhook")
 	if !strings.HasPrefix(s.Path, "/") {
 		p.add(at+".path", "must start with '/', got %q", s.Path)
 	}
@@ -170,6 +170,8 @@ func (s *Source) validate(at string, p *problems) {
 		p.add(at+".max_redelivery_delay", "must not be negative (0: unknown), got %s", s.MaxRedeliveryDelay)
 	}
 	switch s.Type {
+	case "webhook":
+		s.validateWebhook(at, p)
 	case "rabbitmq":
 		r := s.RabbitMQ
 		at := at + ".rabbitmq"
@@ -283,7 +285,7 @@ func (c *Config) Warnings() []Warning {
 			})
 		}
 	}
-	return ws
+	return append(ws, c.webhookWarnings()...)
 }
 
 func unjoin(err error) []error {

@@ -70,8 +70,16 @@ type Daemon struct {
 const defaultAbortGrace = 10 * time.Second
 
 type source struct {
-	src broker.Source
+	src unit
 	run func(context.Context) error
+}
+
+// unit is what the daemon needs of a source to report on it and close
+// it: a broker source or a webhook listener.
+type unit interface {
+	Name() string
+	Ready() error
+	Close() error
 }
 
 // New builds a Daemon; nothing connects until Run.
@@ -158,6 +166,15 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		Gate:                 gate,
 	})
 	for _, sc := range cfg.Sources {
+		if sc.Type == "webhook" {
+			l, err := d.newWebhook(sc)
+			if err != nil {
+				return nil, fmt.Errorf("source %s: %w", sc.Name, err)
+			}
+			undo = append(undo, func() { _ = l.Close() })
+			d.sources = append(d.sources, source{src: l, run: l.Run})
+			continue
+		}
 		src, err := d.newSource(sc)
 		if err != nil {
 			return nil, fmt.Errorf("source %s: %w", sc.Name, err)

@@ -67,6 +67,8 @@ type Metrics struct {
 	SeenSetEvicting   prometheus.Gauge
 	SeenSetPersistent prometheus.Gauge
 
+	Webhook *WebhookVecs
+
 	connected *refreshed
 }
 
@@ -141,6 +143,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 when every Redis server of the seen-set has AOF or RDB snapshots; 0 when one has neither; -1 unknown.",
 		}),
 	}
+	m.Webhook = newWebhookVecs()
 	m.SeenSetEvicting.Set(-1)
 	m.SeenSetPersistent.Set(-1)
 	for _, op := range storeOps {
@@ -152,6 +155,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Messages, m.Events, m.ForwardDuration, m.AppResponses, m.StoreDuration, m.StoreErrors,
 			m.InFlight, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld,
 			m.SeenSetEvicting, m.SeenSetPersistent)
+		m.Webhook.register(reg)
 	}
 	m.AppUp.Set(1)
 	return m

@@ -57,6 +57,7 @@ type options struct {
 	delay    time.Duration
 	broker   string
 	seenset  string
+	webhook  bool
 }
 
 func run() error {
@@ -70,10 +71,14 @@ func run() error {
 	flag.DurationVar(&o.delay, "app-delay", time.Millisecond, "time the demo app takes per request")
 	flag.StringVar(&o.broker, "broker", "auto", "rabbitmq (at -amqp), kafka (in-process), or auto: rabbitmq if it answers, else in-process Kafka and Redis")
 	flag.StringVar(&o.seenset, "seenset", "auto", "redis (at -redis), embedded (in-process), or auto: redis if it answers, else in-process")
+	flag.BoolVar(&o.webhook, "webhook", false, "send signed webhooks (standard-webhooks) to the proxies' webhook source, enqueued to RabbitMQ and consumed back by their rabbitmq source")
 	flag.Parse()
 
 	if _, err := os.Stat(o.proxy); err != nil {
 		return fmt.Errorf("proxy binary %s not found: run make build (make demo does it)", o.proxy)
+	}
+	if o.webhook {
+		return runWebhook(o)
 	}
 	c, err := choose(o.broker, o.seenset,
 		fallback{what: "RabbitMQ at " + amqpHost(o.amqpURL), probe: func() error { return probeTCP(amqpHost(o.amqpURL)) }},
@@ -316,7 +321,7 @@ type replica struct {
 	once    sync.Once
 }
 
-func startReplica(bin, cfg, dir string, n int) (*replica, error) {
+func startReplica(bin, cfg, dir string, n int, env ...string) (*replica, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -329,7 +334,7 @@ func startReplica(bin, cfg, dir string, n int) (*replica, error) {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "run", "--config", cfg)
-	cmd.Env = append(os.Environ(), "DEDUPE_PROXY_ADMIN_LISTEN="+admin)
+	cmd.Env = append(append(os.Environ(), "DEDUPE_PROXY_ADMIN_LISTEN="+admin), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)

@@ -1,0 +1,153 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
+)
+
+// ResolveSecrets reads every secret reference: env:<VARIABLE> through
+// lookup, file:<path> from the file (trimmed, as a mounted Secret ends
+// with a newline). Each error starts with "secrets[i]: ". References that
+// are neither are skipped here and reported by Validate.
+func (w Webhook) ResolveSecrets(lookup func(string) (string, bool)) ([]string, []error) {
+	var out []string
+	var errs []error
+	for i, ref := range w.Secrets {
+		at := fmt.Sprintf("secrets[%d]", i)
+		if name, ok := strings.CutPrefix(ref, "env:"); ok && name != "" {
+			v, set := lookup(name)
+			if v = strings.TrimSpace(v); !set || v == "" {
+				errs = append(errs, fmt.Errorf("%s: environment variable %s is not set or empty", at, name))
+				continue
+			}
+			out = append(out, v)
+			continue
+		}
+		if path, ok := strings.CutPrefix(ref, "file:"); ok && path != "" {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %v", at, err))
+				continue
+			}
+			v := strings.TrimSpace(string(b))
+			if v == "" {
+				errs = append(errs, fmt.Errorf("%s: file %s is empty", at, path))
+				continue
+			}
+			out = append(out, v)
+			continue
+		}
+		// A malformed reference is Validate's to report; it is never
+		// echoed (it may be the secret itself, pasted in).
+	}
+	return out, errs
+}
+
+// isLoopback reports whether a listen address only takes local
+// connections.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Source) validateWebhook(at string, p *problems) {
+	w := s.Webhook
+	at += ".webhook"
+	if _, _, err := net.SplitHostPort(w.Listen); err != nil {
+		p.add(at+".listen", "must be host:port, got %q", w.Listen)
+	}
+	if !strings.HasPrefix(w.Path, "/") {
+		p.add(at+".path", "must start with '/', got %q", w.Path)
+	}
+	p.oneOf(at+".profile", w.Profile, webhook.Profiles()...)
+	if w.Profile != webhook.ProfileNone && slices.Contains(webhook.Profiles(), w.Profile) && len(w.Secrets) == 0 {
+		p.add(at+".secrets", "profile %s needs at least one secret (env:<VARIABLE> or file:<path>)", w.Profile)
+	}
+	for i, ref := range w.Secrets {
+		env, isEnv := strings.CutPrefix(ref, "env:")
+		file, isFile := strings.CutPrefix(ref, "file:")
+		if !(isEnv && env != "" || isFile && file != "") {
+			p.add(fmt.Sprintf("%s.secrets[%d]", at, i), "must be env:<VARIABLE> or file:<path>; a secret is never written in the config file")
+		}
+	}
+	if w.Profile == webhook.ProfileNone && !isLoopback(w.Listen) && w.AllowUnsignedOn != w.Listen {
+		p.add(at+".profile", "none accepts unsigned requests from anyone who can reach %s; listen on a loopback address, or acknowledge with allow_unsigned_on: %q", w.Listen, w.Listen)
+	}
+	if w.Profile == webhook.ProfileGenericHMAC {
+		if w.Generic.Header == "" {
+			p.add(at+".generic.header", "must name the signature header for profile generic-hmac")
+		}
+		p.oneOf(at+".generic.encoding", w.Generic.Encoding, "hex", "base64")
+		p.oneOf(at+".generic.algorithm", w.Generic.Algorithm, "sha256", "sha512", "sha1")
+	}
+	p.positive(at+".tolerance", w.Tolerance)
+	p.oneOf(at+".key_from", w.KeyFrom, "profile", "rules")
+	p.oneOf(at+".mode", w.Mode, "enqueue", "forward")
+	if w.MaxBodyBytes <= 0 {
+		p.add(at+".max_body_bytes", "must be positive, got %d", w.MaxBodyBytes)
+	}
+	p.atLeast(at+".max_concurrent", w.MaxConcurrent, 1)
+	p.positive(at+".read_timeout", w.ReadTimeout)
+	if w.Mode != "enqueue" {
+		return
+	}
+	t := w.Target
+	p.oneOf(at+".target.broker", t.Broker, "rabbitmq", "kafka")
+	switch t.Broker {
+	case "rabbitmq":
+		if u, err := url.Parse(t.RabbitMQ.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+			p.add(at+".target.rabbitmq.url", "must be an amqp:// or amqps:// URL, got %q", redact(t.RabbitMQ.URL))
+		}
+		if t.RabbitMQ.Exchange == "" && t.RabbitMQ.RoutingKey == "" {
+			p.add(at+".target.rabbitmq", "needs an exchange or a routing_key (the default exchange routes by queue name)")
+		}
+	case "kafka":
+		if len(t.Kafka.Brokers) == 0 {
+			p.add(at+".target.kafka.brokers", "must list at least one host:port")
+		}
+		for i, b := range t.Kafka.Brokers {
+			if _, _, err := net.SplitHostPort(b); err != nil {
+				p.add(fmt.Sprintf("%s.target.kafka.brokers[%d]", at, i), "must be host:port, got %q", redactAddr(b))
+			}
+		}
+		if t.Kafka.Topic == "" {
+			p.add(at+".target.kafka.topic", "must be set")
+		}
+	}
+}
+
+// webhookWarnings: a seen-set TTL shorter than the sender's retry horizon
+// lets a late retry through as a new event.
+func (c *Config) webhookWarnings() []Warning {
+	var ws []Warning
+	for i, s := range c.Sources {
+		if s.Type != "webhook" {
+			continue
+		}
+		if h := webhook.RetryHorizon(s.Webhook.Profile); h > c.SeenSet.TTL {
+			ws = append(ws, Warning{
+				Path: fmt.Sprintf("sources[%d].webhook.profile", i),
+				Msg: fmt.Sprintf("%s senders may deliver the same event up to %s after the first attempt, but seenset.ttl is %s: "+
+					"a retry arriving after the TTL is stored and processed again; set seenset.ttl to at least %s",
+					s.Webhook.Profile, fmtHours(h), c.SeenSet.TTL, fmtHours(h)),
+			})
+		}
+	}
+	return ws
+}
+
+func fmtHours(d time.Duration) string { return fmt.Sprintf("%dh", int(d.Hours())) }

@@ -1,0 +1,140 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func webhookConfig() Config {
+	c := Default()
+	c.Consumer = "c"
+	s := DefaultSource()
+	s.Name, s.Type = "hooks", "webhook"
+	s.Webhook.Secrets = []string{"env:HOOK_SECRET"}
+	s.Webhook.Target.RabbitMQ.RoutingKey = "hooks"
+	c.SeenSet.TTL = 96 * time.Hour
+	c.Sources = []Source{s}
+	return c
+}
+
+// One webhook field changed at a time names exactly that field.
+func TestWebhookValidateOneFieldAtATime(t *testing.T) {
+	base := webhookConfig()
+	if err := base.Validate(); err != nil {
+		t.Fatalf("base config invalid: %v", err)
+	}
+	cases := []struct {
+		path   string
+		mutate func(*Webhook)
+	}{
+		{"sources[0].webhook.listen", func(w *Webhook) { w.Listen = "8088" }},
+		{"sources[0].webhook.path", func(w *Webhook) { w.Path = "hooks" }},
+		{"sources[0].webhook.profile", func(w *Webhook) { w.Profile = "paypal" }},
+		{"sources[0].webhook.profile", func(w *Webhook) { w.Profile, w.Listen = "none", "10.0.0.1:8088" }},
+		{"sources[0].webhook.profile", func(w *Webhook) { w.Profile, w.Listen, w.AllowUnsignedOn = "none", ":8088", "0.0.0.0:8088" }},
+		{"sources[0].webhook.secrets", func(w *Webhook) { w.Secrets = nil }},
+		{"sources[0].webhook.secrets[0]", func(w *Webhook) { w.Secrets = []string{"whsec_abc"} }},
+		{"sources[0].webhook.secrets[0]", func(w *Webhook) { w.Secrets = []string{"env:"} }},
+		{"sources[0].webhook.tolerance", func(w *Webhook) { w.Tolerance = 0 }},
+		{"sources[0].webhook.key_from", func(w *Webhook) { w.KeyFrom = "body" }},
+		{"sources[0].webhook.mode", func(w *Webhook) { w.Mode = "store" }},
+		{"sources[0].webhook.max_body_bytes", func(w *Webhook) { w.MaxBodyBytes = 0 }},
+		{"sources[0].webhook.max_concurrent", func(w *Webhook) { w.MaxConcurrent = 0 }},
+		{"sources[0].webhook.read_timeout", func(w *Webhook) { w.ReadTimeout = 0 }},
+		{"sources[0].webhook.target.broker", func(w *Webhook) { w.Target.Broker = "sqs" }},
+		{"sources[0].webhook.target.rabbitmq", func(w *Webhook) { w.Target.RabbitMQ.RoutingKey = "" }},
+		{"sources[0].webhook.target.rabbitmq.url", func(w *Webhook) { w.Target.RabbitMQ.URL = "http://x" }},
+		{"sources[0].webhook.target.kafka.topic", func(w *Webhook) { w.Target.Broker = "kafka" }},
+		{"sources[0].webhook.target.kafka.brokers[0]", func(w *Webhook) {
+			w.Target.Broker, w.Target.Kafka.Topic, w.Target.Kafka.Brokers = "kafka", "t", []string{"kafka"}
+		}},
+		{"sources[0].webhook.generic.header", func(w *Webhook) { w.Profile = "generic-hmac" }},
+		{"sources[0].webhook.generic.algorithm", func(w *Webhook) { w.Profile, w.Generic.Header, w.Generic.Algorithm = "generic-hmac", "X-Sig", "md5" }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.path, func(t *testing.T) {
+			c := webhookConfig()
+			tc.mutate(&c.Sources[0].Webhook)
+			err := c.Validate()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], tc.path+": ") {
+				t.Fatalf("error %q, want one line starting with %q", err, tc.path+": ")
+			}
+		})
+	}
+	// none on loopback, or acknowledged on exactly its listener, is valid.
+	for _, w := range []Webhook{{Listen: "127.0.0.1:8088"}, {Listen: "[::1]:8088"}, {Listen: "localhost:8088"}, {Listen: "0.0.0.0:8088", AllowUnsignedOn: "0.0.0.0:8088"}} {
+		c := webhookConfig()
+		c.Sources[0].Webhook.Profile, c.Sources[0].Webhook.Secrets = "none", nil
+		c.Sources[0].Webhook.Listen, c.Sources[0].Webhook.AllowUnsignedOn = w.Listen, w.AllowUnsignedOn
+		if err := c.Validate(); err != nil {
+			t.Errorf("none on %s (ack %q): %v", w.Listen, w.AllowUnsignedOn, err)
+		}
+	}
+}
+
+// Secrets come from the environment Load is given or from files; the
+// variables they name are settings, not unknown DEDUPE_PROXY_* names.
+func TestWebhookSecretsFromEnvAndFile(t *testing.T) {
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "github")
+	if err := os.WriteFile(secretFile, []byte("from-a-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "c.yaml")
+	yaml := "consumer: hooks\nseenset: {ttl: 96h}\nsources:\n  - name: gh\n    type: webhook\n    webhook:\n      profile: github\n" +
+		"      secrets: [\"env:DEDUPE_PROXY_GH_SECRET\", \"file:" + secretFile + "\"]\n      target: {rabbitmq: {routing_key: gh}}\n"
+	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DEDUPE_PROXY_GH_SECRET=from-env"}
+	cfg, err := Load(cfgFile, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, errs := cfg.Sources[0].Webhook.ResolveSecrets(func(n string) (string, bool) {
+		return strings.CutPrefix(env[0], n+"=")
+	})
+	if len(errs) != 0 || !reflect.DeepEqual(got, []string{"from-env", "from-a-file"}) {
+		t.Fatalf("secrets %q, errors %v", got, errs)
+	}
+	if _, err := Load(cfgFile, []string{}); err == nil || !strings.Contains(err.Error(), "sources[0].webhook.secrets[0]: environment variable DEDUPE_PROXY_GH_SECRET is not set") {
+		t.Fatalf("missing env secret: %v", err)
+	}
+	os.Remove(secretFile)
+	if _, err := Load(cfgFile, env); err == nil || !strings.Contains(err.Error(), "sources[0].webhook.secrets[1]: ") {
+		t.Fatalf("missing file secret: %v", err)
+	}
+}
+
+// A TTL shorter than the profile's retry horizon is warned about under
+// the profile; long enough, or a profile without one, is not.
+func TestWebhookWarningsTTLShorterThanRetryHorizon(t *testing.T) {
+	c := webhookConfig()
+	c.SeenSet.TTL = 24 * time.Hour
+	for profile, want := range map[string]string{"standard-webhooks": "76h", "stripe": "72h", "github": "72h", "shopify": "", "slack": "", "generic-hmac": ""} {
+		c.Sources[0].Webhook.Profile = profile
+		ws := c.Warnings()
+		if want == "" {
+			if len(ws) != 0 {
+				t.Errorf("%s: warnings %v, want none", profile, ws)
+			}
+			continue
+		}
+		if len(ws) != 1 || ws[0].Path != "sources[0].webhook.profile" || !strings.Contains(ws[0].Msg, want) {
+			t.Errorf("%s: warnings %v, want one naming %s", profile, ws, want)
+		}
+	}
+	c.Sources[0].Webhook.Profile = "shopify"
+	c.SeenSet.TTL = 3 * time.Hour
+	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0].Msg, "4h") {
+		t.Errorf("shopify with a 3h TTL: %v", ws)
+	}
+}

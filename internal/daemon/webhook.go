@@ -1,0 +1,85 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
+)
+
+// newWebhook builds a webhook source's listener: its secrets are read
+// from the process environment or files now, so a missing one stops the
+// start instead of refusing every request later.
+func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
+	cfg, w := d.cfg, sc.Webhook
+	secrets, errs := w.ResolveSecrets(os.LookupEnv)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("webhook: %w", errors.Join(errs...))
+	}
+	g := w.Generic
+	v, err := webhook.NewVerifier(w.Profile, secrets, w.Tolerance, webhook.Generic{Header: g.Header, Prefix: g.Prefix,
+		Encoding: g.Encoding, Algorithm: g.Algorithm, TimestampHeader: g.TimestampHeader})
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	ex, err := keys.Parse(sc.Key)
+	if err != nil {
+		return nil, fmt.Errorf("key: %w", err)
+	}
+	o := webhook.Options{
+		Name:           sc.Name,
+		Prefix:         cfg.Consumer + ":" + sc.KeySpaceName() + ":",
+		Profile:        w.Profile,
+		Verifier:       v,
+		Keys:           ex,
+		KeyFromRules:   w.KeyFrom == "rules",
+		Store:          d.store,
+		Lease:          cfg.SeenSet.Lease,
+		TTL:            cfg.SeenSet.TTL,
+		BusyDelay:      cfg.Delivery.BusyDelay,
+		MaxBodyBytes:   int64(w.MaxBodyBytes),
+		MaxConcurrent:  w.MaxConcurrent,
+		CommitAttempts: cfg.Delivery.CommitAttempts,
+		Logger:         d.log,
+		Metrics:        d.metrics.ForWebhook(sc.Name),
+	}
+	var sink webhook.Sink
+	if w.Mode == "enqueue" {
+		t := w.Target
+		switch t.Broker {
+		case "rabbitmq":
+			sink = webhook.NewRabbitSink(t.RabbitMQ.URL, t.RabbitMQ.Exchange, t.RabbitMQ.RoutingKey, d.log.With("source", sc.Name))
+		case "kafka":
+			sink = webhook.NewKafkaSink(t.Kafka.Brokers, t.Kafka.Topic)
+		default:
+			return nil, fmt.Errorf("webhook: unknown target broker %q", t.Broker)
+		}
+		o.Sink = sink
+	} else {
+		o.Forwarder, o.AppPath = d.fwd, sc.Path
+	}
+	return webhook.NewListener(webhook.ListenerOptions{
+		Name:        sc.Name,
+		Listen:      w.Listen,
+		Path:        w.Path,
+		ReadTimeout: w.ReadTimeout,
+		// Reading, then storing (each store and broker step is bounded
+		// on its own) or the app's whole answer in mode forward.
+		WriteTimeout: w.ReadTimeout + cfg.App.Timeout + 30*time.Second,
+	}, webhook.NewHandler(o), sink), nil
+}
+
+// WebhookAddr is the bound address of webhook source name once Run
+// started it ("" otherwise).
+func (d *Daemon) WebhookAddr(name string) string {
+	for _, s := range d.sources {
+		if l, ok := s.src.(*webhook.Listener); ok && l.Name() == name {
+			return l.Addr()
+		}
+	}
+	return ""
+}

@@ -1,0 +1,358 @@
+package webhook
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+// Event is one verified webhook on its way to the broker.
+type Event struct {
+	// Key is the event key without the consumer and key space.
+	Key         string
+	Body        []byte
+	ContentType string
+	// Headers are the request's headers the app may need (lower-case
+	// names), without the signature, credentials and framing.
+	Headers map[string]string
+	Source  string
+}
+
+// Sink stores an event durably: Publish returns nil only once the broker
+// has it (a publisher confirm, acks=all).
+type Sink interface {
+	Publish(ctx context.Context, e Event) error
+	// Ready is nil while the sink can publish.
+	Ready() error
+	Close() error
+}
+
+// Forwarder sends one request to the app; *forward.Client implements it.
+type Forwarder interface {
+	Do(ctx context.Context, r forward.Request) forward.Result
+}
+
+// Options configure a Handler.
+type Options struct {
+	Name string
+	// Prefix namespaces stored keys: "<consumer>:<key space>:".
+	Prefix   string
+	Profile  string
+	Verifier *Verifier
+	// Keys are the source's key rules; they take the event key when
+	// KeyFromRules is set and for the profiles without an event id
+	// (generic-hmac, none). Nil: the default rule.
+	Keys         *keys.Extractor
+	KeyFromRules bool
+	Store        seenset.Store
+	Lease        time.Duration
+	TTL          time.Duration
+	// BusyDelay is the Retry-After of a 409 (the event is being stored by
+	// another request right now).
+	BusyDelay time.Duration
+	// Sink (enqueue mode) or Forwarder and AppPath (forward mode).
+	Sink           Sink
+	Forwarder      Forwarder
+	AppPath        string
+	MaxBodyBytes   int64
+	MaxConcurrent  int
+	CommitAttempts int
+	// OpTimeout bounds each store and broker operation.
+	OpTimeout time.Duration
+	Logger    *slog.Logger
+	Metrics   *metrics.WebhookMetrics
+}
+
+// unavailableRetryAfter is what a 503 asks the sender to wait: long
+// enough for a reconnect, short against every sender's deadline.
+const unavailableRetryAfter = 5 * time.Second
+
+// Handler answers webhook requests. The order is what makes a 2xx mean
+// "stored": verify, claim the key, publish (or forward), commit, answer.
+// Any failure after the claim releases it, so the sender's retry can
+// claim the key again at once.
+type Handler struct {
+	o        Options
+	log      *slog.Logger
+	m        *metrics.WebhookMetrics
+	slots    chan struct{}
+	tokenPfx string
+	tokenSeq atomic.Uint64
+}
+
+// NewHandler returns a Handler.
+func NewHandler(o Options) *Handler {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New(nil).ForWebhook(o.Name)
+	}
+	if o.MaxConcurrent < 1 {
+		o.MaxConcurrent = 1
+	}
+	if o.CommitAttempts < 1 {
+		o.CommitAttempts = 1
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = 10 * time.Second
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return &Handler{o: o, log: o.Logger.With("source", o.Name), m: o.Metrics,
+		slots: make(chan struct{}, o.MaxConcurrent), tokenPfx: "wh-" + hex.EncodeToString(b) + "-"}
+}
+
+func (h *Handler) refuse(w http.ResponseWriter, status int, reason, msg string, retryAfter time.Duration) {
+	h.m.Rejected(reason)
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retryAfter.Seconds()))))
+	}
+	http.Error(w, msg, status)
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { h.m.Duration.Observe(time.Since(start).Seconds()) }()
+	h.m.Received.Inc()
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.refuse(w, http.StatusMethodNotAllowed, metrics.WebhookBadRequest, "POST only", 0)
+		return
+	}
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookOverloaded, "too many concurrent requests", time.Second)
+		return
+	}
+	if r.ContentLength > h.o.MaxBodyBytes {
+		h.refuse(w, http.StatusRequestEntityTooLarge, metrics.WebhookTooLarge, "body too large", 0)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			h.refuse(w, http.StatusRequestEntityTooLarge, metrics.WebhookTooLarge, "body too large", 0)
+			return
+		}
+		h.refuse(w, http.StatusBadRequest, metrics.WebhookBadRequest, "body could not be read", 0)
+		return
+	}
+	if err := h.o.Verifier.Verify(r.Header, body); err != nil {
+		var rej *Rejection
+		if !errors.As(err, &rej) {
+			rej = &Rejection{Status: http.StatusUnauthorized, Reason: ReasonBadSignature, Msg: "not verified"}
+		}
+		h.log.Info("webhook refused", "reason", rej.Reason, "detail", rej.Msg, "remote", r.RemoteAddr)
+		h.refuse(w, rej.Status, rej.Reason, rej.Msg, 0)
+		return
+	}
+	h.m.Verified.Inc()
+	if h.o.Profile == ProfileSlack {
+		if c, ok := SlackChallenge(body); ok {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, c)
+			return
+		}
+	}
+	key, why := h.key(r.Header, body)
+	if key == "" {
+		h.refuse(w, http.StatusBadRequest, metrics.WebhookNoKey, "no event key: "+why, 0)
+		return
+	}
+	h.store(w, r, key, body)
+}
+
+// key is the profile's event id, or the key rules' answer.
+func (h *Handler) key(hd http.Header, body []byte) (string, string) {
+	if !h.o.KeyFromRules {
+		if k, why, ok := ProfileKey(h.o.Profile, hd, body); ok {
+			if k != "" && len(k) <= keys.MaxKeyBytes {
+				return k, ""
+			}
+			if why == "" {
+				why = "too long"
+			}
+			return "", why
+		}
+	}
+	ex := h.o.Keys
+	if ex == nil {
+		ex, _ = keys.Parse(nil)
+	}
+	return ex.Key(&broker.Message{Body: body, ContentType: hd.Get("Content-Type"), Headers: flatHeaders(hd)})
+}
+
+func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body []byte) {
+	full := h.o.Prefix + key
+	token := h.tokenPfx + strconv.FormatUint(h.tokenSeq.Add(1), 36)
+	// The sender hanging up must not cut a publish or commit short: the
+	// work goes on and its retry then finds the key done.
+	ctx := context.WithoutCancel(r.Context())
+	cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
+	res, err := h.o.Store.Claim(cctx, full, token, h.o.Lease)
+	cancel()
+	switch {
+	case errors.Is(err, seenset.ErrKeyUnusable):
+		h.log.Error("webhook key's seen-set entry is unusable; an operator must remove it", "key", key, "err", err)
+		h.refuse(w, http.StatusInternalServerError, metrics.WebhookKeyUnusable, "event key cannot be recorded", 0)
+		return
+	case err != nil:
+		h.log.Warn("webhook not stored: seen-set unavailable", "key", key, "err", err)
+		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookStoreUnavailable, "seen-set unavailable", unavailableRetryAfter)
+		return
+	case res == seenset.Duplicate:
+		h.m.Duplicates.Inc()
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "duplicate\n")
+		return
+	case res == seenset.Busy:
+		h.refuse(w, http.StatusConflict, metrics.WebhookBusy, "this event is being stored by another request", max(h.o.BusyDelay, time.Second))
+		return
+	}
+
+	headers := eventHeaders(r.Header, SignatureHeaders(h.o.Profile, h.o.Verifier.generic))
+	if h.o.Sink != nil {
+		pctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
+		err := h.o.Sink.Publish(pctx, Event{Key: key, Body: body, ContentType: r.Header.Get("Content-Type"), Headers: headers, Source: h.o.Name})
+		cancel()
+		if err != nil {
+			h.release(ctx, full, token, key)
+			h.log.Warn("webhook not stored: publish not confirmed", "key", key, "err", err)
+			h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookTargetUnavailable, "broker unavailable", unavailableRetryAfter)
+			return
+		}
+		h.commit(ctx, full, token, key)
+		h.m.Enqueued.Inc()
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+
+	res2 := h.forward(ctx, full, token, key, body, r.Header.Get("Content-Type"), headers)
+	if res2.Outcome != forward.Success {
+		h.release(ctx, full, token, key)
+		h.log.Warn("webhook not processed: the app did not succeed", "key", key, "status", res2.Status, "reason", res2.Reason)
+		status, after := http.StatusServiceUnavailable, max(res2.RetryAfter, time.Second)
+		if res2.Outcome == forward.Permanent {
+			status, after = http.StatusBadGateway, 0
+		}
+		h.refuse(w, status, metrics.WebhookAppFailed, "app: "+res2.Reason, after)
+		return
+	}
+	h.commit(ctx, full, token, key)
+	h.m.Forwarded.Inc()
+	w.WriteHeader(http.StatusOK)
+}
+
+// forward sends the event to the app, renewing the lease meanwhile so no
+// other request takes the key while the app works on it.
+func (h *Handler) forward(ctx context.Context, full, token, key string, body []byte, ct string, headers map[string]string) forward.Result {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(h.o.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				rctx, cancel := context.WithTimeout(ctx, h.o.Lease/3)
+				_ = h.o.Store.Renew(rctx, full, token, h.o.Lease)
+				cancel()
+			}
+		}
+	}()
+	return h.o.Forwarder.Do(ctx, forward.Request{
+		Path:           h.o.AppPath,
+		Body:           body,
+		ContentType:    ct,
+		IdempotencyKey: key,
+		Meta:           []forward.Header{{Name: "X-Dedupe-Source", Value: h.o.Name}, {Name: "X-Dedupe-Broker", Value: "webhook"}},
+		MessageHeaders: headers,
+	})
+}
+
+// commit records the event as done. When it cannot, the event is stored
+// (published or processed) all the same, so the answer is still 2xx: a
+// redelivery then finds the key inflight until the lease ends and is
+// stored again after it — a duplicate the broker source (or the app's
+// Idempotency-Key) catches, never a loss.
+func (h *Handler) commit(ctx context.Context, full, token, key string) {
+	var err error
+	for i := range h.o.CommitAttempts {
+		if i > 0 {
+			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
+		}
+		cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
+		err = h.o.Store.Commit(cctx, full, token, h.o.TTL)
+		cancel()
+		if err == nil || errors.Is(err, seenset.ErrNotOwner) {
+			return
+		}
+	}
+	h.log.Error("webhook stored but its key could not be recorded; a redelivery after the lease is stored again", "key", key, "err", err)
+}
+
+func (h *Handler) release(ctx context.Context, full, token, key string) {
+	cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
+	defer cancel()
+	if err := h.o.Store.Release(cctx, full, token); err != nil && !errors.Is(err, seenset.ErrNotOwner) {
+		h.log.Warn("webhook claim not released; it frees up when its lease ends", "key", key, "err", err)
+	}
+}
+
+// dropHeaders are never passed on: framing, credentials and cookies.
+var dropHeaders = map[string]bool{
+	"connection": true, "content-length": true, "expect": true, "host": true, "keep-alive": true, "te": true,
+	"trailer": true, "transfer-encoding": true, "upgrade": true, "authorization": true, "cookie": true,
+}
+
+// eventHeaders are the request's headers as the app would have seen them
+// (event type, delivery attempt, timestamps), minus the signature headers
+// and what dropHeaders lists.
+func eventHeaders(hd http.Header, signature []string) map[string]string {
+	out := make(map[string]string, len(hd))
+	for name, vals := range hd {
+		lower := strings.ToLower(name)
+		if dropHeaders[lower] || strings.HasPrefix(lower, "proxy-") {
+			continue
+		}
+		skip := false
+		for _, s := range signature {
+			if strings.EqualFold(s, name) {
+				skip = true
+			}
+		}
+		if !skip {
+			out[lower] = strings.Join(vals, ", ")
+		}
+	}
+	return out
+}
+
+func flatHeaders(hd http.Header) map[string]string {
+	out := make(map[string]string, len(hd))
+	for name, vals := range hd {
+		out[strings.ToLower(name)] = strings.Join(vals, ", ")
+	}
+	return out
+}
