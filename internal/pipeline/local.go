@@ -3,7 +3,6 @@ package pipeline
 import (
 	"hash/maphash"
 	"sync"
-	"time"
 )
 
 // localClaims records the keys this process holds a claim on, so that a
@@ -98,21 +97,4 @@ func (w *work) dropLocal() {
 		w.p.locals.drop(w.full, w.localToken)
 		w.localToken = ""
 	}
-}
-
-// waitLocal waits, at most max, for this process to let go of the key;
-// it reports false when the pipeline stops or the delivery is lost.
-func (w *work) waitLocal(ch <-chan struct{}, max time.Duration) bool {
-	t := time.NewTimer(max)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return true
-	case <-w.p.draining:
-	case <-w.p.hard.Done():
-	case <-w.d.Lost():
-	}
-	return false
 }

@@ -493,11 +493,17 @@ func (w *work) requeue(why string) {
 
 // wait sleeps for d unless the pipeline drains or the delivery is lost; it
 // reports whether the full wait elapsed.
-func (w *work) wait(d time.Duration) bool {
+func (w *work) wait(d time.Duration) bool { return w.waitOr(nil, d) }
+
+// waitOr is wait that also ends, reporting true, when ch is closed (a nil
+// ch never is).
+func (w *work) waitOr(ch <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
+	case <-ch:
 		return true
 	case <-w.p.draining:
 	case <-w.p.hard.Done():

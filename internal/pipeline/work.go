@@ -170,7 +170,7 @@ func (w *work) loop() {
 				// moments away and will be known here, so wait for it
 				// (bounded: a claim whose lease ran out unrenewed is
 				// claimed again by whoever asks next) and look again.
-				if !w.waitLocal(ch, w.p.o.Lease) {
+				if !w.waitOr(ch, w.p.o.Lease) {
 					w.requeue("stopped while the key was held here")
 					return
 				}
