@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -607,4 +608,25 @@ func saslMech(t *testing.T, s kafka.SASL) sasl.Mechanism {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// A record larger than the per-fetch byte bound still arrives, whole and
+// in order: the broker returns a partition's first batch whatever its
+// size, so the bound only limits what is fetched ahead.
+func TestRecordLargerThanFetchBound(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"orders"})
+	big := bytes.Repeat([]byte("x"), 600<<10)
+	c.Produce(t, "orders",
+		kafkatest.Record{Value: []byte(`{"meta":{"id":"before"}}`)},
+		kafkatest.Record{Value: big},
+		kafkatest.Record{Value: []byte(`{"meta":{"id":"after"}}`)})
+	var col collector
+	start(t, options(c, "orders"), col.handle)
+	testutil.Eventually(t, 20*time.Second, "all 3 delivered", func() bool { return col.count() == 3 })
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if len(col.msgs[1].Body) != len(big) || col.msgs[1].Offset != 1 || string(col.msgs[2].Body) != `{"meta":{"id":"after"}}` {
+		t.Fatalf("got bodies of %d, %d, %d bytes in offsets %d, %d, %d", len(col.msgs[0].Body), len(col.msgs[1].Body), len(col.msgs[2].Body),
+			col.msgs[0].Offset, col.msgs[1].Offset, col.msgs[2].Offset)
+	}
 }
