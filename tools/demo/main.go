@@ -36,8 +36,6 @@ import (
 	"time"
 
 	mrand "math/rand/v2"
-
-	"github.com/dedupe-proxy/dedupe-proxy/tools/internal/demoapp"
 )
 
 func main() {
@@ -116,14 +114,11 @@ func run() error {
 	}
 	defer br.close()
 
-	app := demoapp.New(o.delay)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	app, appAddr, stopApp, err := startApp(o.delay)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: app.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer stopApp()
 
 	dir, err := os.MkdirTemp("", "dedupe-demo-")
 	if err != nil {
@@ -144,24 +139,15 @@ delivery:
 sources:
   - name: orders
     path: /orders
-%s`, ln.Addr(), store.addr, store.prefix, br.source())
+%s`, appAddr, store.addr, store.prefix, br.source())
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 
 	fmt.Printf("dedupe-proxy demo\n  broker: %s\n  seen-set: %s, prefix %s\n  app %s, %d proxy replicas\n  logs and config in %s\n",
-		br.describe(), store.describe, store.prefix, ln.Addr(), o.replicas, dir)
-	var proxies []*replica
-	stopAll := func() {
-		// Concurrently: with Kafka, a replica stopping alone would make
-		// the other rejoin the group just before it stops too.
-		var wg sync.WaitGroup
-		for _, p := range proxies {
-			wg.Go(p.stop)
-		}
-		wg.Wait()
-	}
-	defer stopAll()
+		br.describe(), store.describe, store.prefix, appAddr, o.replicas, dir)
+	var proxies fleet
+	defer func() { proxies.stop() }()
 	for i := range o.replicas {
 		p, err := startReplica(o.proxy, cfgPath, dir, i)
 		if err != nil {
@@ -169,10 +155,8 @@ sources:
 		}
 		proxies = append(proxies, p)
 	}
-	for _, p := range proxies {
-		if err := p.waitReady(30 * time.Second); err != nil {
-			return err
-		}
+	if err := proxies.waitReady(30 * time.Second); err != nil {
+		return err
 	}
 
 	plan := makePlan(o.messages, o.dupRatio)
@@ -180,13 +164,7 @@ sources:
 		o.messages, plan.unique, o.messages-plan.unique, len(plan.concurrent), plan.soon, len(plan.later))
 
 	start := time.Now()
-	settled := func() (fwd, dup, dead float64) {
-		for _, p := range proxies {
-			f, d, x := p.results()
-			fwd, dup, dead = fwd+f, dup+d, dead+x
-		}
-		return
-	}
+	settled := proxies.settled
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Add(2)
@@ -210,11 +188,8 @@ sources:
 	}
 	secs := time.Since(start).Seconds()
 	fwd, dup, dead := settled()
-	stopAll()
-	for _, p := range proxies {
-		if p.exitErr != nil {
-			return fmt.Errorf("proxy %d exited with %v (log: %s)", p.n, p.exitErr, p.logPath)
-		}
+	if err := proxies.stopClean(); err != nil {
+		return err
 	}
 	st := app.Stats()
 

@@ -21,8 +21,6 @@ import (
 	"time"
 
 	mrand "math/rand/v2"
-
-	"github.com/dedupe-proxy/dedupe-proxy/tools/internal/demoapp"
 )
 
 // runWebhook is make demo-webhook: a sender delivers signed events
@@ -60,14 +58,11 @@ func runWebhook(o options) error {
 	}
 	defer br.close()
 
-	app := demoapp.New(o.delay)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	app, appAddr, stopApp, err := startApp(o.delay)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: app.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer stopApp()
 
 	dir, err := os.MkdirTemp("", "dedupe-demo-webhook-")
 	if err != nil {
@@ -102,23 +97,16 @@ sources:
         rabbitmq:
           url: %s
           routing_key: %s
-`, ln.Addr(), store.addr, store.prefix, br.source(), br.url, br.queue)
+`, appAddr, store.addr, store.prefix, br.source(), br.url, br.queue)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 	fmt.Printf("dedupe-proxy webhook demo\n  sender → %d proxies' webhook listeners → RabbitMQ queue %s → their rabbitmq source → app %s\n  seen-set: %s, prefix %s\n  logs and config in %s\n",
-		o.replicas, br.queue, ln.Addr(), store.describe, store.prefix, dir)
+		o.replicas, br.queue, appAddr, store.describe, store.prefix, dir)
 
-	var proxies []*replica
+	var proxies fleet
 	var hooks []string
-	stopAll := func() {
-		var wg sync.WaitGroup
-		for _, p := range proxies {
-			wg.Go(p.stop)
-		}
-		wg.Wait()
-	}
-	defer stopAll()
+	defer func() { proxies.stop() }()
 	for i := range o.replicas {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -134,10 +122,8 @@ sources:
 		proxies = append(proxies, p)
 		hooks = append(hooks, hook)
 	}
-	for _, p := range proxies {
-		if err := p.waitReady(30 * time.Second); err != nil {
-			return err
-		}
+	if err := proxies.waitReady(30 * time.Second); err != nil {
+		return err
 	}
 
 	s := &sender{secret: secret, hooks: hooks, client: &http.Client{Timeout: 30 * time.Second}}
@@ -184,13 +170,7 @@ sources:
 	if err := s.failed(); err != nil {
 		return err
 	}
-	settled := func() (fwd, dup, dead float64) {
-		for _, p := range proxies {
-			f, d, x := p.results()
-			fwd, dup, dead = fwd+f, dup+d, dead+x
-		}
-		return
-	}
+	settled := proxies.settled
 	enqueued := func() float64 {
 		var n float64
 		for _, p := range proxies {
@@ -218,11 +198,8 @@ sources:
 		whDup += p.metric("dedupe_proxy_webhook_duplicates_total{", "")
 	}
 	stored = enqueued()
-	stopAll()
-	for _, p := range proxies {
-		if p.exitErr != nil {
-			return fmt.Errorf("proxy %d exited with %v (log: %s)", p.n, p.exitErr, p.logPath)
-		}
+	if err := proxies.stopClean(); err != nil {
+		return err
 	}
 	st := app.Stats()
 	fmt.Printf("\n  %-32s %8d\n", "webhooks sent (2xx each)", s.ok.Load())
