@@ -448,8 +448,11 @@ func (p *publisher) watch(stop <-chan struct{}) {
 		} else {
 			pc.why = fmt.Errorf("dead-letter channel closed by the broker: %w", e)
 		}
-		close(pc.done)
+		// Log and record the cause before waking waiters, so whoever sees
+		// the failed dead letter also finds the reason in the log and in
+		// Ready.
 		if e == nil || p.conn.IsClosed() {
+			close(pc.done)
 			return
 		}
 		p.log.Error("rabbitmq dead-letter channel closed by the broker; dead letters are requeued until it reopens",
@@ -457,6 +460,7 @@ func (p *publisher) watch(stop <-chan struct{}) {
 		p.mu.Lock()
 		p.cur, p.down = nil, pc.why
 		p.mu.Unlock()
+		close(pc.done)
 		if !p.reopen(stop) {
 			return
 		}
