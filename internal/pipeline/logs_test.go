@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -242,5 +243,37 @@ func TestBusyKeyHeldHereIsNotAnotherReplica(t *testing.T) {
 	req = logs.with(t, "DEBUG", "requeued")
 	if len(req) != 2 || req[1]["reason"] != "key busy on another replica" {
 		t.Fatalf("requeue lines %v", req)
+	}
+}
+
+// failingAck is a delivery whose ack fails; with dies, its channel dies
+// as it acks, as when RabbitMQ drops the connection under it.
+type failingAck struct {
+	*recDelivery
+	dies bool
+}
+
+func (d failingAck) Ack(context.Context) error {
+	if d.dies {
+		close(d.lost)
+	}
+	return errors.New("channel/connection is not open")
+}
+
+// An ack that fails because the delivery's channel is gone is one of many
+// the broker's own line covers: debug. One that fails on a live delivery
+// is a warning.
+func TestAckFailureOnLostDeliveryIsDebug(t *testing.T) {
+	var logs logCapture
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: seenset.NewMemory(), Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
+		MaxAttempts: 1, BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, CommitAttempts: 1, Logger: logs.logger(),
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true})
+	h(failingAck{recDelivery: newRecDelivery("live")})
+	h(failingAck{recDelivery: newRecDelivery("lost"), dies: true})
+	lines := logs.with(t, "", "ack failed")
+	if len(lines) != 2 || lines[0]["key"] != "live" || lines[0]["level"] != "WARN" || lines[1]["key"] != "lost" || lines[1]["level"] != "DEBUG" {
+		t.Fatalf("ack failure lines:\n%s", logs.String())
 	}
 }

@@ -517,7 +517,7 @@ func (w *work) ack(result string) {
 	w.settled = true
 	if err := w.d.Ack(context.Background()); err != nil {
 		w.event(metrics.EventSettleFailed)
-		w.p.log.Warn("ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
+		w.p.log.Log(context.Background(), w.settleErrLevel(), "ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
 	}
 	w.result(result)
 }
@@ -528,7 +528,7 @@ func (w *work) requeue(why string) {
 	w.settled = true
 	if err := w.d.Requeue(ctx); err != nil {
 		w.event(metrics.EventSettleFailed)
-		w.p.log.Warn("requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)
+		w.p.log.Log(ctx, w.settleErrLevel(), "requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)
 	}
 	w.p.log.Debug("requeued", w.attrs(slog.String("reason", why))...)
 	w.result(metrics.Requeued)
@@ -620,6 +620,17 @@ func (p *Pipeline) observe(op string, start time.Time, err error) {
 		p.store.Down(err)
 	} else {
 		p.store.Up() // it answered, even with ErrNotOwner or an unusable key
+	}
+}
+
+// settleErrLevel: a settle that failed because the delivery's channel or
+// partition is gone is one of many; the source logs that once.
+func (w *work) settleErrLevel() slog.Level {
+	select {
+	case <-w.d.Lost():
+		return slog.LevelDebug
+	default:
+		return slog.LevelWarn
 	}
 }
 
