@@ -12,6 +12,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
@@ -198,4 +199,37 @@ func TestAppWithoutHealthURLAndWarnings(t *testing.T) {
 	app.Close()
 	r, _ = run(t, &c)
 	has(t, r, doctor.Fail, "app "+app.URL, "not reachable")
+}
+
+// A group with a live member is described with its state and members.
+func TestKafkaGroupWithMember(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"events"})
+	group := testutil.UniqueName("doctor-live-")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	}()
+	cfg := config.Default()
+	cfg.Consumer, cfg.SeenSet.Backend, cfg.Admin.Listen = "doctor", "memory", ""
+	k := config.DefaultSource()
+	k.Name, k.Type = "events", "kafka"
+	k.Kafka.Brokers, k.Kafka.Topics, k.Kafka.Group = c.Addrs, []string{"events"}, group
+	cfg.Sources = []config.Source{k}
+	testutil.Eventually(t, 15*time.Second, "the member joined", func() bool {
+		r := doctor.Run(context.Background(), &cfg, doctor.Options{Timeout: 3 * time.Second})
+		for _, x := range r {
+			if strings.HasPrefix(x.Check, "kafka group "+group) && x.Finding == "state Stable, 1 members" {
+				return true
+			}
+		}
+		return false
+	})
 }
