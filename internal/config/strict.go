@@ -38,6 +38,14 @@ func strictHook(from, to reflect.Type, data any) (any, error) {
 		default:
 			return nil, fmt.Errorf("must be true or false, got %v", data)
 		}
+	case reflect.Struct:
+		if from.Kind() != reflect.Map && from.Kind() != reflect.Struct {
+			if _, ok := to.FieldByName("Enabled"); ok {
+				// kafka.tls: true, where seenset.redis.tls is a bool.
+				return nil, fmt.Errorf("must be a mapping of its fields, got %v (write {enabled: %v})", data, data)
+			}
+			return nil, fmt.Errorf("must be a mapping of its fields, got %v", data)
+		}
 	case reflect.String:
 		switch from.Kind() {
 		case reflect.Bool, reflect.Float32, reflect.Float64:
