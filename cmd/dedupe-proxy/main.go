@@ -27,6 +27,11 @@ const usage = `dedupe-proxy: consume from a broker, skip duplicates, forward the
 Usage:
   dedupe-proxy run      --config FILE   run the proxy until SIGTERM/SIGINT
   dedupe-proxy validate --config FILE   check a config file; exit 1 listing every error
+  dedupe-proxy config print --config FILE
+                                        show the effective config, secrets redacted, with
+                                        where each value came from (default, file, variable)
+  dedupe-proxy doctor   --config FILE   check Redis, the brokers, the app and the listeners
+                                        the config names; exit 1 on any failure
   dedupe-proxy keys status KEY --config FILE [--space NAME]
                                         show a message key: absent, inflight or done, and its TTL
   dedupe-proxy keys forget KEY --config FILE [--space NAME]
@@ -34,6 +39,7 @@ Usage:
                                         (--space: the source's key_space, by default its name;
                                         needed when the config has several)
   dedupe-proxy version                  print the version
+  dedupe-proxy help COMMAND             explain a command
 
 --config defaults to $DEDUPE_PROXY_CONFIG. Every setting can be overridden
 by an environment variable DEDUPE_PROXY_<PATH>, e.g. DEDUPE_PROXY_APP_URL.
@@ -50,9 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "dedupe-proxy %s (%s)\n", daemon.Version, runtime.Version())
 		return 0
 	case "help", "--help", "-h":
-		fmt.Fprint(stdout, usage)
-		return 0
-	case "run", "validate", "keys":
+		return help(rest, stdout, stderr)
+	case "run", "validate", "keys", "config", "doctor":
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -62,15 +67,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", os.Getenv(config.EnvConfigFile), "config file (YAML)")
 	space := fs.String("space", "", "keys: the key space (a source's key_space, by default its name)")
+	fs.Usage = func() {}
 	args, err := parseInterspersed(fs, rest)
+	if errors.Is(err, flag.ErrHelp) {
+		return help([]string{cmd}, stdout, stderr)
+	}
 	if err != nil {
+		fmt.Fprintf(stderr, "see: dedupe-proxy help %s\n", cmd)
 		return 2
 	}
 	switch {
 	case cmd == "keys" && (len(args) != 2 || (args[0] != "status" && args[0] != "forget")):
 		fmt.Fprintf(stderr, "keys: want `keys status KEY` or `keys forget KEY`\n\n%s", usage)
 		return 2
-	case cmd != "keys" && len(args) > 0:
+	case cmd == "config" && (len(args) != 1 || args[0] != "print"):
+		fmt.Fprintf(stderr, "config: want `config print`\n\n%s", usage)
+		return 2
+	case cmd != "keys" && cmd != "config" && len(args) > 0:
 		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", cmd, args[0])
 		return 2
 	}
@@ -78,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: --config FILE is required (or set %s)\n", cmd, config.EnvConfigFile)
 		return 2
 	}
-	cfg, err := config.Load(*path, nil)
+	cfg, origins, err := config.LoadWithOrigins(*path, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "invalid configuration %s:\n%s\n", *path, indent(err))
 		return 1
@@ -90,8 +103,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: ok (%d source(s), consumer %q)\n", *path, len(cfg.Sources), cfg.Consumer)
 		return 0
 	}
-	if cmd == "keys" {
+	switch cmd {
+	case "keys":
 		return keys(cfg, args[0], *space, args[1], stdout, stderr)
+	case "config":
+		return printConfig(cfg, origins, *path, stdout, stderr)
+	case "doctor":
+		return runDoctor(cfg, stdout)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

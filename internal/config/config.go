@@ -288,7 +288,6 @@ func DefaultSource() Source {
 			DeadLetter:       RabbitDeadLetter{Mode: "none"},
 		},
 		Kafka: Kafka{
-			Brokers:           []string{"127.0.0.1:9092"},
 			StartOffset:       "earliest",
 			IsolationLevel:    "read_committed",
 			Ordering:          "partition",

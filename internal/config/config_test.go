@@ -134,7 +134,9 @@ func TestEnvErrors(t *testing.T) {
 		"DEDUPE_PROXY_SOURCES_1_RABBITMQ_QUEUE=x",
 		"DEDUPE_PROXY_APP_TIMEOUT=never",
 	})
-	want := "app.timeout: invalid duration \"never\" (use 500ms, 30s, 5m, 24h)\n" +
+	// The error about a value from the environment names the variable:
+	// the file shows another value, or none.
+	want := "app.timeout (from DEDUPE_PROXY_APP_TIMEOUT): invalid duration \"never\" (use 500ms, 30s, 5m, 24h)\n" +
 		"DEDUPE_PROXY_APP_TIMOUT: environment variable matches no setting\n" +
 		"DEDUPE_PROXY_SOURCES_1_RABBITMQ_QUEUE: environment variable matches no setting"
 	if err == nil || err.Error() != want {
@@ -155,6 +157,7 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 		k.Type = "kafka"
 		k.Kafka.Topics = []string{"events"}
 		k.Kafka.Group = "g"
+		k.Kafka.Brokers = []string{"127.0.0.1:9092"}
 		c.Sources = []Source{s, k}
 		return c
 	}

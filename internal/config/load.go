@@ -25,6 +25,13 @@ const EnvConfigFile = EnvPrefix + "CONFIG"
 // when nil) and validates. The returned error lists every problem, one per
 // line, each starting with its field path.
 func Load(path string, environ []string) (*Config, error) {
+	cfg, _, err := LoadWithOrigins(path, environ)
+	return cfg, err
+}
+
+// LoadWithOrigins is Load that also says where each setting came from.
+// An error caused by an environment variable names it.
+func LoadWithOrigins(path string, environ []string) (*Config, Origins, error) {
 	if environ == nil {
 		environ = os.Environ()
 	}
@@ -36,8 +43,10 @@ func Load(path string, environ []string) (*Config, error) {
 	v.SetConfigFile(path)
 	v.SetConfigType("yaml")
 	if err := v.ReadInConfig(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	origins := Origins{}
+	origins.fromFile(v.AllSettings(), "")
 
 	cfg := Default()
 	var errs []error
@@ -51,6 +60,7 @@ func Load(path string, environ []string) (*Config, error) {
 		if val, ok := env[name]; ok {
 			used[name] = true
 			v.Set(p, val)
+			origins[p] = name
 		}
 	}
 	settings := v.AllSettings()
@@ -75,6 +85,7 @@ func Load(path string, environ []string) (*Config, error) {
 			if val, ok := env[name]; ok {
 				used[name] = true
 				setPath(m, strings.Split(p, "."), val)
+				origins[prefix+"."+p] = name
 			}
 		}
 		src := DefaultSource()
@@ -119,9 +130,9 @@ func Load(path string, environ []string) (*Config, error) {
 		errs = append(errs, unjoin(err)...)
 	}
 	if len(errs) > 0 {
-		return nil, joinLines(errs)
+		return nil, origins, joinLines(origins.nameVariables(errs))
 	}
-	return &cfg, nil
+	return &cfg, origins, nil
 }
 
 // serviceLinkRE matches the variables Kubernetes injects for a Service
@@ -165,6 +176,7 @@ func decodeOnce(input map[string]any, out any, prefix string) []error {
 			byteSizeHook,
 			durationHook,
 			mapstructure.StringToSliceHookFunc(","),
+			strictHook,
 		),
 	})
 	if err != nil {

@@ -70,7 +70,10 @@ func (c *Config) Validate() error {
 		p.add("admin.token_file", "set either admin.token or admin.token_file, not both")
 	}
 
-	if u, err := url.Parse(c.App.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if !strings.Contains(c.App.URL, "://") && c.App.URL != "" {
+		// "localhost:8080" parses as scheme "localhost": say what is missing.
+		p.add("app.url", "has no scheme: write http://%s (or https://)", redactAddr(c.App.URL))
+	} else if u, err := url.Parse(c.App.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		p.add("app.url", "must be an http:// or https:// URL, got %q", redact(c.App.URL))
 	}
 	p.positive("app.timeout", c.App.Timeout)
@@ -196,7 +199,9 @@ func (s *Source) validate(at string, p *problems) {
 		k := s.Kafka
 		at := at + ".kafka"
 		if len(k.Brokers) == 0 {
-			p.add(at+".brokers", "must list at least one host:port")
+			// No default: a Kafka source quietly reaching for a broker on
+			// localhost would only fail later, and far from its cause.
+			p.add(at+".brokers", "must list at least one host:port (there is no default)")
 		}
 		if len(k.Topics) == 0 {
 			p.add(at+".topics", "must list at least one topic")

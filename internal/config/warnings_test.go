@@ -58,6 +58,7 @@ func TestWarningsRecordKeyAndShutdownTimeout(t *testing.T) {
 	c.Consumer = "c"
 	s := DefaultSource()
 	s.Name, s.Type, s.Kafka.Topics, s.Kafka.Group = "events", "kafka", []string{"t"}, "g"
+	s.Kafka.Brokers = []string{"127.0.0.1:9092"}
 	s.Key = []string{"header:bq-message-id", "record_key"}
 	c.Sources = []Source{s}
 	c.ShutdownTimeout, c.App.Timeout = 10*time.Second, 10*time.Second

@@ -250,9 +250,9 @@ func (c *committer) commit(todo []pendingCommit) {
 		switch err := errs[i]; {
 		case err == nil:
 		case errors.Is(err, seenset.ErrNotOwner):
-			t.w.leaseLost("commit refused: the lease expired and another replica took the key")
+			t.w.leaseLost("commit refused: the lease expired")
 		default:
-			p.log.Warn("batched commit failed; retrying it alone", t.w.attrs(slog.String("err", err.Error()))...)
+			p.log.Log(context.Background(), storeErrLevel(err), "batched commit failed; retrying it alone", t.w.attrs(slog.String("err", err.Error()))...)
 			t.w.commit(t.token)
 		}
 		t.w.dropLocal()

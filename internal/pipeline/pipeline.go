@@ -19,6 +19,7 @@ import (
 	mrand "math/rand/v2"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/statelog"
 )
 
 // Forwarder sends one request to the app; *forward.Client implements it.
@@ -105,6 +107,11 @@ type Pipeline struct {
 	tokenPfx string
 	tokenSeq atomic.Uint64
 	locals   *localClaims
+	// store and app log when Redis or the app goes down and comes back,
+	// once each way; per-message lines about it are debug. app is nil
+	// with a Gate, whose health check logs the app's state.
+	store, app *statelog.Tracker
+	kept       keptClaims
 }
 
 // New returns a Pipeline.
@@ -124,7 +131,17 @@ func New(o Options) *Pipeline {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	hard, abort := context.WithCancel(context.Background())
+	storeDown := "seen-set unreachable: messages are neither forwarded nor acked until it is back"
+	if o.FailOpenOnStoreError {
+		storeDown = "seen-set unreachable: forwarding without dedupe until it is back (on_store_error: forward)"
+	}
+	var app *statelog.Tracker
+	if o.Gate == nil {
+		app = statelog.New(o.Logger, "app unreachable: messages wait unacked until it answers", "app answers again")
+	}
 	return &Pipeline{
+		store:    statelog.New(o.Logger, storeDown, "seen-set reachable again"),
+		app:      app,
 		o:        o,
 		log:      o.Logger,
 		m:        o.Metrics,
@@ -180,7 +197,12 @@ func (p *Pipeline) source(s SourceOptions) *source {
 		s.KeySpace = s.Name
 	}
 	p.m.InitSource(s.Name, s.Kind)
-	return &source{SourceOptions: s, m: p.bind(s.Name), prefix: p.o.Consumer + ":" + s.KeySpace + ":"}
+	src := &source{SourceOptions: s, m: p.bind(s.Name), prefix: p.o.Consumer + ":" + s.KeySpace + ":"}
+	src.rules = strings.Join(s.Keys.Specs(), ", ")
+	src.noKey = statelog.NewLimiter(time.Second, func(n int) {
+		p.log.Info("no usable key", slog.String("source", s.Name), slog.String("rules", src.rules), slog.Int("suppressed", n))
+	})
+	return src
 }
 
 func (p *Pipeline) handle(src *source, d broker.Delivery) {
@@ -231,6 +253,11 @@ type source struct {
 	m *boundMetrics
 	// prefix is "<consumer>:<key space>:", joined once.
 	prefix string
+	// rules names the key rules for the no-key line, which noKey limits
+	// to one a second: a producer that stopped setting the id would
+	// otherwise log a line per message.
+	rules string
+	noKey *statelog.Limiter
 }
 
 type boundMetrics struct {
@@ -270,7 +297,7 @@ func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 	case err == nil:
 		w.settled = true
 		w.result(metrics.DeadLettered)
-		p.log.Warn("dead-lettered", w.attrs(slog.String("reason", info.Reason), slog.Int("attempts", info.Attempts))...)
+		p.log.Warn("dead-lettered", w.attrs(slog.String("reason", info.Reason), slog.Int("attempt", info.Attempts))...)
 	case !errors.Is(err, broker.ErrNoDeadLetter):
 		w.event(metrics.EventDeadLetterFail)
 		p.log.Error("dead-letter failed; message kept", w.attrs(slog.String("err", err.Error()))...)
@@ -294,7 +321,11 @@ func (w *work) claim(token string) (seenset.ClaimResult, error) {
 			return res, nil
 		}
 		w.event(metrics.EventStoreError)
-		p.log.Warn("seen-set claim failed; not forwarding", w.attrs(slog.String("err", err.Error()), slog.Int("try", i))...)
+		level := slog.LevelWarn
+		if errors.Is(err, seenset.ErrUnavailable) {
+			level = slog.LevelDebug // the store's state line says it once
+		}
+		p.log.Log(context.Background(), level, "seen-set claim failed; not forwarding", w.attrs(slog.String("err", err.Error()), slog.Int("attempt", i))...)
 		if p.o.FailOpenOnStoreError && errors.Is(err, seenset.ErrUnavailable) {
 			return 0, err
 		}
@@ -339,6 +370,12 @@ func (w *work) forward() forward.Result {
 	// app may be acting on it, and finishing lets us commit, which turns
 	// the redelivery into a duplicate instead of a second effect.
 	res := p.o.Forwarder.Do(p.hard, req)
+	switch {
+	case res.Unreachable:
+		p.app.Down(res.Err)
+	case res.Status != 0:
+		p.app.Up()
+	}
 	w.s.m.duration.Observe(res.Duration.Seconds())
 	w.s.m.classes[metrics.StatusClass(res.Status)].Inc()
 	return res
@@ -363,7 +400,7 @@ func (w *work) renewLease(token string) (stop func()) {
 			return
 		}
 		if errors.Is(w.renew(token), seenset.ErrNotOwner) {
-			w.leaseLost("lease lost while forwarding: another replica may forward this key too")
+			w.leaseLost("lease lost while forwarding")
 			return
 		}
 		t.Reset(p.o.Lease / 3)
@@ -394,7 +431,7 @@ func (w *work) commit(token string) {
 			return
 		}
 		if errors.Is(err, seenset.ErrNotOwner) {
-			w.leaseLost("commit refused: the lease expired and another replica took the key")
+			w.leaseLost("commit refused: the lease expired")
 			return
 		}
 		if i < p.o.CommitAttempts {
@@ -430,6 +467,11 @@ func (w *work) renew(token string) error {
 // expired and another replica took the key.
 func (w *work) leaseLost(msg string) {
 	w.event(metrics.EventLeaseLost)
+	if w.p.locals.takenHere(w.full, w.token) {
+		msg += ": another delivery of this key on this replica claimed it and may forward it too"
+	} else {
+		msg += ": another replica claimed the key and may forward it too"
+	}
 	w.p.log.Error(msg, w.attrs()...)
 }
 
@@ -448,6 +490,7 @@ func (w *work) keepClaim(token string) {
 	// run (it was renewed at most lease/3 ago), and waiting too long is
 	// the safe side.
 	w.notBefore = time.Now().Add(p.o.Lease)
+	p.kept.keep(w.full, w.notBefore)
 	p.log.Info("no answer from the app; the key stays claimed until its lease expires so it is not sent again meanwhile",
 		w.attrs(slog.String("reason", w.last.Reason), slog.Duration("lease", p.o.Lease))...)
 }
@@ -463,7 +506,7 @@ func (w *work) release(token string) {
 	p.observe("release", start, err)
 	if err != nil {
 		// Harmless: the lease expires by itself.
-		p.log.Warn("release failed; the lease will expire", w.attrs(slog.String("err", err.Error()))...)
+		p.log.Log(context.Background(), storeErrLevel(err), "release failed; the lease will expire", w.attrs(slog.String("err", err.Error()))...)
 	}
 }
 
@@ -474,7 +517,7 @@ func (w *work) ack(result string) {
 	w.settled = true
 	if err := w.d.Ack(context.Background()); err != nil {
 		w.event(metrics.EventSettleFailed)
-		w.p.log.Warn("ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
+		w.p.log.Log(context.Background(), w.settleErrLevel(), "ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
 	}
 	w.result(result)
 }
@@ -485,9 +528,9 @@ func (w *work) requeue(why string) {
 	w.settled = true
 	if err := w.d.Requeue(ctx); err != nil {
 		w.event(metrics.EventSettleFailed)
-		w.p.log.Warn("requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)
+		w.p.log.Log(ctx, w.settleErrLevel(), "requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)
 	}
-	w.p.log.Debug("requeued", w.attrs(slog.String("why", why))...)
+	w.p.log.Debug("requeued", w.attrs(slog.String("reason", why))...)
 	w.result(metrics.Requeued)
 }
 
@@ -573,6 +616,31 @@ func (p *Pipeline) observe(op string, start time.Time, err error) {
 	if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
 		p.m.StoreErrors.WithLabelValues(op).Inc()
 	}
+	if errors.Is(err, seenset.ErrUnavailable) {
+		p.store.Down(err)
+	} else {
+		p.store.Up() // it answered, even with ErrNotOwner or an unusable key
+	}
+}
+
+// settleErrLevel: a settle that failed because the delivery's channel or
+// partition is gone is one of many; the source logs that once.
+func (w *work) settleErrLevel() slog.Level {
+	select {
+	case <-w.d.Lost():
+		return slog.LevelDebug
+	default:
+		return slog.LevelWarn
+	}
+}
+
+// storeErrLevel: a store that is down is reported once by p.store; a
+// message's own line about it is debug.
+func storeErrLevel(err error) slog.Level {
+	if errors.Is(err, seenset.ErrUnavailable) {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 func (w *work) info(reason string, attempts int) broker.DeadLetterInfo {

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -144,7 +145,9 @@ func (w *work) run() {
 		return
 	case noKey:
 		w.event(metrics.EventNoKey)
-		p.log.Info("no usable key", w.attrs(slog.String("why", w.why))...)
+		if ok, n := w.s.noKey.Allow(); ok {
+			p.log.Info("no usable key", w.attrs(slog.String("rules", w.s.rules), slog.String("reason", w.why), slog.Int("suppressed", n))...)
+		}
 		if w.s.DeadLetterMissingKey {
 			w.giveUp(broker.DeadLetterInfo{Reason: "no key: " + w.why}, false)
 			return
@@ -176,11 +179,12 @@ func (w *work) loop() {
 				}
 				continue
 			}
-			// Another replica has it. RabbitMQ: give it back; another
-			// delivery (or this one later) finds it done or free. Kafka:
-			// the partition waits.
+			// Another replica has it, or this one left it claimed after
+			// a request that may still run. RabbitMQ: give it back;
+			// another delivery (or this one later) finds it done or
+			// free. Kafka: the partition waits.
 			if w.s.Requeues || !w.wait(w.p.o.BusyDelay) {
-				w.requeue("key busy on another replica")
+				w.requeue(w.busyReason())
 				return
 			}
 			continue
@@ -336,7 +340,11 @@ func (w *work) settle(res forward.Result) next {
 		return w.giveUp(w.info("max attempts: "+res.Reason, w.attempt), true)
 	}
 	w.event(metrics.EventRetry)
-	p.log.Info("app failed, will retry", w.attrs(slog.Int("attempt", w.attempt), slog.String("reason", res.Reason))...)
+	level := slog.LevelInfo
+	if res.Unreachable {
+		level = slog.LevelDebug // the app's state line says it once
+	}
+	p.log.Log(context.Background(), level, "app failed, will retry", w.attrs(slog.Int("attempt", w.attempt), slog.String("reason", res.Reason))...)
 	if !w.wait(p.backoff(max(w.attempt, w.down), res.RetryAfter)) {
 		w.requeue("stopped while waiting to retry")
 		return settled

@@ -203,8 +203,9 @@ func (h *fetchHook) OnBrokerE2E(meta kgo.BrokerMetadata, key int16, e2e kgo.Brok
 func (h *fetchHook) failed(meta kgo.BrokerMetadata, err error) {
 	p := h.p
 	if p.setFailing(true) {
-		p.s.log.Warn("kafka fetch failed, retrying", "topic", p.topic, "partition", p.id,
-			"broker", net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port)), "err", err)
+		broker := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
+		p.s.fetching.Down(fmt.Errorf("topic %s partition %d, broker %s: %w", p.topic, p.id, broker, err))
+		p.s.log.Debug("kafka fetch failed, retrying", "topic", p.topic, "partition", p.id, "broker", broker, "err", err)
 	}
 }
 

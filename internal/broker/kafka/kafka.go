@@ -68,6 +68,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/statelog"
 )
 
 // Ordering modes.
@@ -166,6 +167,11 @@ type Source struct {
 	commitFail prometheus.Counter
 	reconnects prometheus.Counter
 
+	// fetching and group log when fetching starts failing on some
+	// partition (or the group cannot be joined) and when it works again,
+	// once each way; the per-retry lines are debug.
+	fetching, group *statelog.Tracker
+
 	closeOnce sync.Once
 }
 
@@ -259,6 +265,8 @@ func New(o Options) (*Source, error) {
 		commitFail: o.Metrics.CommitFailures,
 		reconnects: o.Metrics.Reconnects,
 	}
+	s.fetching = statelog.New(s.log, "kafka fetch failing: the partitions affected wait, nothing is skipped", "kafka fetching again on every partition")
+	s.group = statelog.New(s.log, "kafka group unavailable: retrying", "kafka group available again")
 	if err := kgo.ValidateOpts(s.kgoOpts()...); err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
@@ -341,6 +349,9 @@ func (s *Source) fetchFailed(p *partition, failed bool) {
 		s.fetchErr[p] = time.Now()
 	} else {
 		delete(s.fetchErr, p)
+		if len(s.fetchErr) == 0 {
+			s.fetching.Up()
+		}
 	}
 }
 
@@ -422,7 +433,8 @@ func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
 			}
 			s.setMember(false)
 			lost = true
-			s.log.Warn("kafka group unavailable, retrying", "err", err, "retry_in", s.o.RetryBackoffMax.String())
+			s.group.Down(err)
+			s.log.Debug("kafka group unavailable, retrying", "err", err, "retry_in", s.o.RetryBackoffMax.String())
 			continue
 		}
 		if lost {
@@ -430,6 +442,7 @@ func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
 			lost = false
 		}
 		s.setMember(true)
+		s.group.Up()
 		s.startGeneration(ctx, gen, h)
 	}
 	start := time.Now()

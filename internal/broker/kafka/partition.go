@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -135,7 +136,8 @@ func (p *partition) fetch(ctx context.Context, r *reader) (kafkago.Message, bool
 			// error, say) may clear up; the client keeps fetching, so
 			// keep asking.
 			p.setFailing(true)
-			s.log.Warn("kafka fetch failed, retrying", "topic", p.topic, "partition", p.id, "err", err, "retry_in", backoff.String())
+			s.fetching.Down(fmt.Errorf("topic %s partition %d: %w", p.topic, p.id, err))
+			s.log.Debug("kafka fetch failed, retrying", "topic", p.topic, "partition", p.id, "err", err, "retry_in", backoff.String())
 			if !sleepCtx(ctx, backoff) {
 				break
 			}

@@ -60,6 +60,8 @@ type Source struct {
 	pub  atomic.Pointer[publisher]
 	mu   sync.Mutex
 	conn *amqp.Connection
+	// down is when consuming stopped, zero while it runs; Run's own.
+	down time.Time
 }
 
 var _ broker.Source = (*Source)(nil)
@@ -129,6 +131,8 @@ func (s *Source) Close() error {
 func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 	delay := s.o.ReconnectInitial
 	first := true
+	// One warning when consuming stops (or cannot start), debug lines for
+	// the retries after it; "rabbitmq consuming" says it is back.
 	for {
 		connected, err := s.session(ctx, h, !first)
 		if ctx.Err() != nil {
@@ -141,10 +145,15 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 		msg := "rabbitmq connection lost, reconnecting"
 		if !connected {
 			// Never got to consuming: a wrong URL, credentials or queue
-			// name is more likely than a network blip; the reason says.
+			// name is more likely than a network blip; the error says.
 			msg = "rabbitmq: cannot consume, retrying"
 		}
-		s.log.Warn(msg, "reason", errText(err), "retry_in", delay.String())
+		level := slog.LevelDebug
+		if connected || s.down.IsZero() {
+			level = slog.LevelWarn
+			s.down = time.Now()
+		}
+		s.log.Log(ctx, level, msg, "err", errText(err), "retry_in", delay.String())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -211,7 +220,12 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	if reconnect && s.o.Metrics != nil {
 		s.o.Metrics.Reconnects.Inc()
 	}
-	s.log.Info("rabbitmq consuming", "prefetch", s.o.Prefetch, "workers", s.o.Workers, "reconnect", reconnect)
+	attrs := []any{"prefetch", s.o.Prefetch, "workers", s.o.Workers, "reconnect", reconnect}
+	if !s.down.IsZero() {
+		attrs = append(attrs, "down_for", time.Since(s.down).Round(time.Millisecond).String())
+		s.down = time.Time{}
+	}
+	s.log.Info("rabbitmq consuming", attrs...)
 
 	lost := make(chan struct{})
 	acks := newAcker(ch, s.log)

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
+)
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"run", "--help"}, {"run", "-h"}, {"help", "run"}} {
+		code, out, errOut := cli(args...)
+		if code != 0 || !strings.HasPrefix(out, "Usage: dedupe-proxy run --config FILE") || !strings.Contains(out, "SIGTERM") || errOut != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	for _, cmd := range commandNames() {
+		if code, out, _ := cli("help", cmd); code != 0 || !strings.HasPrefix(out, "Usage: dedupe-proxy "+cmd) {
+			t.Errorf("help %s: exit %d, %q", cmd, code, out)
+		}
+	}
+	if code, out, _ := cli("help"); code != 0 || !strings.Contains(out, "dedupe-proxy doctor") {
+		t.Errorf("help: exit %d, %q", code, out)
+	}
+	if code, _, errOut := cli("help", "frobnicate"); code != 2 || !strings.Contains(errOut, "unknown command") {
+		t.Errorf("help frobnicate: exit %d, %q", code, errOut)
+	}
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// config print: effective values, where each came from, secrets redacted.
+func TestConfigPrint(t *testing.T) {
+	p := writeConfig(t, `consumer: orders-worker
+admin:
+  token: admintoken123
+seenset:
+  redis:
+    password: redispass123
+sources:
+  - name: orders
+    rabbitmq:
+      url: amqp://user:rabbitpass123@rabbit:5672/
+      queue: orders
+  - name: events
+    type: kafka
+    kafka:
+      brokers: ["k:9092"]
+      topics: [events]
+      group: g
+      sasl: {mechanism: plain, username: u, password: saslpass123}
+  - name: hooks
+    type: webhook
+    webhook:
+      secrets: ["env:HOOK_SECRET"]
+      target:
+        rabbitmq:
+          routing_key: orders
+`)
+	t.Setenv("HOOK_SECRET", "hooksecret123")
+	t.Setenv("DEDUPE_PROXY_APP_URL", "http://app:pw123@127.0.0.1:8081")
+	code, out, errOut := cli("config", "print", "--config", p)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, secret := range []string{"admintoken123", "redispass123", "rabbitpass123", "saslpass123", "hooksecret123", "pw123"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("secret %s printed:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{
+		"consumer: orders-worker # file\n",
+		"  url: http://app:<redacted>@127.0.0.1:8081 # env DEDUPE_PROXY_APP_URL\n",
+		"  timeout: 10s # default\n",
+		"  token: <redacted> # file\n",
+		"    password: <redacted> # file\n",
+		"      url: amqp://user:<redacted>@rabbit:5672/ # file\n",
+		"        password: <redacted> # file\n",
+		"      secrets: ['env:HOOK_SECRET'] # file\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	// A source shows only its own type's block.
+	if strings.Count(out, "\n    kafka:\n") != 1 || strings.Count(out, "\n    rabbitmq:\n") != 1 || strings.Count(out, "\n    webhook:\n") != 1 {
+		t.Errorf("blocks of other types printed:\n%s", out)
+	}
+	if code, _, errOut := cli("config", "show", "--config", p); code != 2 || !strings.Contains(errOut, "config print") {
+		t.Errorf("config show: exit %d, %q", code, errOut)
+	}
+}
+
+// doctor exits 0 when everything answers and 1 when something fails.
+func TestDoctorExitStatus(t *testing.T) {
+	rabbit := testutil.NewRabbit(t)
+	q := rabbit.Queue("doctor-cli-", nil)
+	app := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer app.Close()
+	cfg := func(queue string) string {
+		return writeConfig(t, fmt.Sprintf(`consumer: c
+admin: {listen: "127.0.0.1:%d"}
+app: {url: %q, health_url: /healthz}
+seenset: {redis: {addrs: [%q]}}
+sources:
+  - name: orders
+    rabbitmq: {url: %q, queue: %s}
+`, testutil.FreePort(t), app.URL, testutil.RedisAddr(), testutil.RabbitURL(), queue))
+	}
+	code, out, _ := cli("doctor", "--config", cfg(q))
+	if code != 0 || !strings.Contains(out, "0 failed") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	code, out, _ = cli("doctor", "--config", cfg("missing-"+q))
+	if code != 1 || !strings.Contains(out, "FAIL  rabbitmq queue missing-"+q) {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}

@@ -1,0 +1,12 @@
+package kafka
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Client returns a kgo client with the source's brokers, TLS and SASL
+// that consumes nothing, for requests of its own (dedupe-proxy doctor
+// asks for topic metadata and the group's state). The caller closes it.
+func (s *Source) Client() (*kgo.Client, error) {
+	return kgo.NewClient(s.kgoOpts()...)
+}

@@ -1,0 +1,63 @@
+package kafka_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
+)
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Connections to the broker cut under three partitions: fetching fails on
+// each, but the log says so once for the source, and once that it works
+// again — not a warning per partition and retry.
+func TestFetchFailureLoggedOncePerOutage(t *testing.T) {
+	c := kafkatest.Start(t, 3, []string{"orders"})
+	o := options(c, "orders")
+	var logs logBuffer
+	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var col collector
+	r := start(t, o, col.handle)
+	c.Produce(t, "orders", records(3, 2)...)
+	testutil.Eventually(t, 20*time.Second, "consumed", func() bool { return col.count() == 6 })
+	c.Cut()
+	testutil.Eventually(t, 15*time.Second, "fetch failures seen", func() bool {
+		return strings.Contains(logs.String(), "kafka fetch failed, retrying")
+	})
+	testutil.Eventually(t, 15*time.Second, "ready again", func() bool { return r.s.Ready() == nil })
+	testutil.Eventually(t, 15*time.Second, "fetching again", func() bool {
+		return strings.Contains(logs.String(), "kafka fetching again")
+	})
+	out := logs.String()
+	down, up := strings.Count(out, "kafka fetch failing"), strings.Count(out, "kafka fetching again")
+	perPartition := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "kafka fetch failed, retrying") && !strings.Contains(line, "level=DEBUG") {
+			perPartition++
+		}
+	}
+	if down != 1 || up != 1 || perPartition != 0 {
+		t.Fatalf("%d down, %d up, %d per-partition lines above debug; want 1, 1, 0:\n%s", down, up, perPartition, out)
+	}
+}

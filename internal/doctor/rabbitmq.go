@@ -1,0 +1,107 @@
+package doctor
+
+import (
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+)
+
+// rabbitSource checks a RabbitMQ source: the connection, its queue (a
+// passive declare, which also gives the consumer count) and where its
+// dead letters go.
+func (c *checker) rabbitSource(s config.Source) {
+	r := s.RabbitMQ
+	conn := c.rabbitDial(s.Name, r.URL)
+	if conn == nil {
+		return
+	}
+	defer conn.Close()
+	check := fmt.Sprintf("rabbitmq queue %s (source %s)", r.Queue, s.Name)
+	if q, ok := c.passiveQueue(conn, check, r.Queue); ok {
+		c.add(OK, check, "exists: %d messages ready, %d consumers", q.Messages, q.Consumers)
+	}
+	dl := r.DeadLetter
+	check = fmt.Sprintf("rabbitmq dead letters (source %s)", s.Name)
+	switch dl.Mode {
+	case "none":
+		c.add(OK, check, "mode none: a message that fails for good is requeued, not dead-lettered")
+	case "dlx":
+		// A queue's arguments and policies cannot be read over AMQP.
+		c.add(Warn, check, "mode dlx: cannot check over AMQP that queue %s has a dead-letter exchange (x-dead-letter-exchange argument or policy); without one, rejected messages are dropped by RabbitMQ — check with `rabbitmqctl list_queues name arguments policy`", r.Queue)
+	case "publish":
+		c.publishTarget(conn, check, dl.Exchange, dl.RoutingKey)
+	}
+}
+
+// publishTarget checks where a publish with exchange and routing key
+// goes: the exchange exists, or with the default exchange, the queue
+// named by the routing key.
+func (c *checker) publishTarget(conn *amqp.Connection, check, exchange, routingKey string) {
+	if exchange == "" {
+		if q, ok := c.passiveQueue(conn, check, routingKey); ok {
+			c.add(OK, check, "default exchange, queue %s exists (%d messages ready)", routingKey, q.Messages)
+		}
+		return
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		c.add(Fail, check, "cannot open a channel: %v", err)
+		return
+	}
+	// A failed passive declare closes the channel: one channel per check.
+	defer ch.Close()
+	if err := ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		c.add(Fail, check, "exchange %s: %s", exchange, amqpFinding(err))
+		return
+	}
+	c.add(OK, check, "exchange %s exists (whether a queue is bound for routing key %q is not checked)", exchange, routingKey)
+}
+
+func (c *checker) rabbitDial(source, rawURL string) *amqp.Connection {
+	check := fmt.Sprintf("rabbitmq %s (source %s)", redactURL(rawURL), source)
+	conn, err := amqp.DialConfig(rawURL, amqp.Config{
+		Dial:       amqp.DefaultDial(c.timeout),
+		Properties: amqp.Table{"connection_name": "dedupe-proxy doctor"},
+	})
+	if err != nil {
+		c.add(Fail, check, "cannot connect: %v", err)
+		return nil
+	}
+	v, _ := conn.Properties["version"].(string)
+	c.add(OK, check, "connected (RabbitMQ %s)", v)
+	return conn
+}
+
+// passiveQueue looks the queue up without creating it, on a channel of
+// its own: a missing queue closes the channel.
+func (c *checker) passiveQueue(conn *amqp.Connection, check, name string) (amqp.Queue, bool) {
+	ch, err := conn.Channel()
+	if err != nil {
+		c.add(Fail, check, "cannot open a channel: %v", err)
+		return amqp.Queue{}, false
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	if err != nil {
+		c.add(Fail, check, "queue %s: %s", name, amqpFinding(err))
+		return amqp.Queue{}, false
+	}
+	return q, true
+}
+
+func amqpFinding(err error) string {
+	var e *amqp.Error
+	if errors.As(err, &e) {
+		switch e.Code {
+		case amqp.NotFound:
+			return "does not exist (the proxy does not create it)"
+		case amqp.AccessRefused:
+			return "access refused: " + e.Reason
+		}
+		return e.Reason
+	}
+	return err.Error()
+}

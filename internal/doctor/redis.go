@@ -1,0 +1,119 @@
+package doctor
+
+import (
+	"crypto/tls"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+)
+
+// seenSet checks the Redis the seen-set lives in: reachable, its version
+// (SET … NX GET needs 7.0), and — with the seen-set's own durability
+// check — whether it may evict keys or lose them on a restart.
+func (c *checker) seenSet(cfg *config.Config) {
+	s := cfg.SeenSet
+	if s.Backend == "memory" {
+		c.add(Warn, "seen-set", "backend memory: each replica remembers only its own keys, and forgets them on restart; use redis with more than one replica")
+		return
+	}
+	r := s.Redis
+	check := "redis " + strings.Join(r.Addrs, ",")
+	if r.MasterName != "" {
+		check = "redis sentinel master " + r.MasterName + " via " + strings.Join(r.Addrs, ",")
+	}
+	o := &redis.UniversalOptions{
+		Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
+		DialTimeout: min(r.DialTimeout, c.timeout), ReadTimeout: min(r.ReadTimeout, c.timeout), WriteTimeout: min(r.WriteTimeout, c.timeout),
+		PoolSize: 2, MaxRetries: -1, ContextTimeoutEnabled: true,
+	}
+	if r.TLS {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	cl := redis.NewUniversalClient(o)
+	defer cl.Close()
+	ctx, cancel := c.context()
+	defer cancel()
+	if err := cl.Ping(ctx).Err(); err != nil {
+		c.add(Fail, check, "not reachable: %v", err)
+		return
+	}
+	c.add(OK, check, "reachable")
+	c.redisVersion(check, cl)
+
+	d, err := seenset.NewRedisWithClient(cl, r.Prefix).Durability(ctx)
+	if err != nil {
+		c.add(Fail, check, "cannot read its durability: %v", err)
+		return
+	}
+	for _, sv := range d.Servers {
+		at := "redis " + sv.Addr
+		switch sv.Evicting() {
+		case seenset.FactNo:
+			limit := fmt.Sprintf("maxmemory %d bytes", sv.Maxmemory)
+			if sv.Maxmemory == 0 {
+				limit = "no maxmemory limit"
+			}
+			c.add(OK, at, "maxmemory-policy %s (%s): seen-set keys are never evicted", sv.MaxmemoryPolicy, limit)
+		case seenset.FactYes:
+			c.add(Warn, at, "maxmemory-policy %s (maxmemory %d bytes): seen-set keys may be evicted under memory pressure, and a message whose done key was evicted is forwarded again; set noeviction", sv.MaxmemoryPolicy, sv.Maxmemory)
+		default:
+			c.add(Warn, at, "refused INFO (%v): cannot tell whether it may evict the seen-set's keys", sv.InfoErr)
+		}
+		switch sv.Persistent() {
+		case seenset.FactYes:
+			c.add(OK, at, "persistence: %s", persistence(sv))
+		case seenset.FactNo:
+			c.add(Warn, at, "persistence: neither AOF nor RDB snapshots: a restart empties the seen-set and redelivered messages are forwarded again; set appendonly yes")
+		default:
+			c.add(Warn, at, "persistence unknown: %s", unknownPersistence(sv))
+		}
+	}
+}
+
+func (c *checker) redisVersion(check string, cl redis.UniversalClient) {
+	ctx, cancel := c.context()
+	defer cancel()
+	txt, err := cl.Info(ctx, "server").Result()
+	if err != nil {
+		c.add(Warn, check, "version unknown: INFO server refused (%v)", err)
+		return
+	}
+	var v string
+	for _, line := range strings.Split(txt, "\n") {
+		if val, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			v = val
+		}
+	}
+	major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	switch {
+	case v == "":
+		c.add(Warn, check, "version unknown: no redis_version in INFO server")
+	case major < 7:
+		c.add(Warn, check, "version %s: before 7.0 SET … NX GET is refused, and every claim and commit runs as a Lua script (slower)", v)
+	default:
+		c.add(OK, check, "version %s", v)
+	}
+}
+
+func persistence(s seenset.ServerDurability) string {
+	var p []string
+	if s.AOF == seenset.FactYes {
+		p = append(p, "AOF on")
+	}
+	if s.RDB == seenset.FactYes {
+		p = append(p, "RDB snapshots (writes since the last one are lost in a crash)")
+	}
+	return strings.Join(p, ", ")
+}
+
+func unknownPersistence(s seenset.ServerDurability) string {
+	if s.InfoErr != nil {
+		return fmt.Sprintf("INFO refused (%v)", s.InfoErr)
+	}
+	return fmt.Sprintf("AOF off and CONFIG GET save refused (%v): cannot tell whether RDB snapshots keep the seen-set across a restart", s.SaveErr)
+}

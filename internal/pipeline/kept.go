@@ -1,0 +1,62 @@
+package pipeline
+
+import (
+	"sync"
+	"time"
+)
+
+// keptClaims records the keys whose claim this process left to expire
+// because their last request may still be running at the app (keepClaim):
+// another delivery of such a key finds it busy, and the log must say it is
+// held here, not by another replica. Only timed-out or aborted requests
+// land here, so one lock will do.
+type keptClaims struct {
+	mu sync.Mutex
+	m  map[string]time.Time // key → when its lease runs out
+}
+
+func (k *keptClaims) keep(key string, until time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[string]time.Time{}
+	}
+	now := time.Now()
+	for key, t := range k.m {
+		if now.After(t) {
+			delete(k.m, key)
+		}
+	}
+	k.m[key] = until
+}
+
+// here reports whether this process left key claimed and its lease may
+// still run.
+func (k *keptClaims) here(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	t, ok := k.m[key]
+	if ok && time.Now().After(t) {
+		delete(k.m, key)
+		return false
+	}
+	return ok
+}
+
+// takenHere reports whether another claim of this process now holds key
+// (token's lease ran out and a local delivery claimed it).
+func (l *localClaims) takenHere(key, token string) bool {
+	s := l.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[key]
+	return ok && c.token != token
+}
+
+// busyReason says who holds a key found busy that no local claim holds.
+func (w *work) busyReason() string {
+	if w.p.kept.here(w.full) {
+		return "key busy: claimed by this replica, whose last request for it may still run at the app"
+	}
+	return "key busy on another replica"
+}

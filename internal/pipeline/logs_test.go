@@ -1,0 +1,279 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
+)
+
+// logCapture is a JSON slog handler's output, read back as records.
+type logCapture struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (c *logCapture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.Write(p)
+}
+
+func (c *logCapture) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(c, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func (c *logCapture) records(t *testing.T) []map[string]any {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(c.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// with returns the records whose msg starts with prefix at level ("" any).
+func (c *logCapture) with(t *testing.T, level, prefix string) []map[string]any {
+	var out []map[string]any
+	for _, r := range c.records(t) {
+		if strings.HasPrefix(r["msg"].(string), prefix) && (level == "" || r["level"] == level) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (c *logCapture) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+// 100 messages without a key in a burst give one line at once and one
+// that counts the rest, each naming the source, the rules tried and why
+// the last failed.
+func TestNoKeyLinesAreRateLimited(t *testing.T) {
+	var logs logCapture
+	ex, err := keys.Parse([]string{"header:x-id", "json:meta.id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: seenset.NewMemory(), Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
+		MaxAttempts: 1, BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, CommitAttempts: 1, Logger: logs.logger(),
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Keys: ex, Requeues: true})
+	for i := range 100 {
+		d := newRecDelivery("")
+		d.msg.Body = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		h(d)
+	}
+	testutil.Eventually(t, 5*time.Second, "the held-back no-key lines are counted", func() bool {
+		return len(logs.with(t, "", "no usable key")) == 2
+	})
+	lines := logs.with(t, "INFO", "no usable key")
+	total := 0
+	for _, r := range lines {
+		if r["source"] != "s" || r["rules"] != "header:x-id, json:meta.id" {
+			t.Errorf("line does not name the source and rules: %v", r)
+		}
+		// A line for a message counts it and those held back before it;
+		// the closing line (no reason: no message of its own) only those.
+		total += int(r["suppressed"].(float64))
+		if _, own := r["reason"]; own {
+			total++
+		}
+	}
+	if lines[0]["reason"] != "absent" || lines[0]["suppressed"].(float64) != 0 {
+		t.Errorf("first line: %v", lines[0])
+	}
+	if total != 100 {
+		t.Errorf("lines account for %d messages, want 100:\n%s", total, logs.String())
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if n := len(logs.with(t, "", "no usable key")); n != 2 {
+		t.Errorf("%d no-key lines after the burst, want 2", n)
+	}
+}
+
+// Redis down for several messages, then back: one line each way, and the
+// per-message lines about it are debug.
+func TestStoreDownAndUpLoggedOnce(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	st, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{srv.Addr()}, Prefix: testutil.UniqueName("logs-") + ":",
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var logs logCapture
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: st, Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
+		MaxAttempts: 3, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CommitAttempts: 3, Logger: logs.logger(),
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "kafka"})
+	h(newRecDelivery("before")) // up: nothing to report
+	srv.Kill()
+	var wg sync.WaitGroup
+	ds := make([]*recDelivery, 10)
+	for i := range ds {
+		ds[i] = newRecDelivery(fmt.Sprint("k", i))
+		wg.Add(1)
+		go func() { defer wg.Done(); h(ds[i]) }()
+	}
+	testutil.Eventually(t, 10*time.Second, "claims failing", func() bool {
+		return len(logs.with(t, "DEBUG", "seen-set claim failed")) >= 20
+	})
+	srv.Restart()
+	wg.Wait()
+	for _, d := range ds {
+		if got := d.settled(); len(got) != 1 || got[0] != "ack" {
+			t.Fatalf("settled %v, want ack", got)
+		}
+	}
+	h(newRecDelivery("after")) // successes go on: the "back" line follows once they settled
+	testutil.Eventually(t, 10*time.Second, "the back line", func() bool {
+		h(newRecDelivery(fmt.Sprint("after-", time.Now().UnixNano())))
+		return len(logs.with(t, "", "seen-set reachable again")) > 0
+	})
+	down := logs.with(t, "", "seen-set unreachable")
+	up := logs.with(t, "", "seen-set reachable again")
+	if len(down) != 1 || len(up) != 1 || down[0]["level"] != "WARN" || up[0]["level"] != "INFO" {
+		t.Fatalf("%d down and %d up lines, want 1 and 1:\n%s", len(down), len(up), logs.String())
+	}
+	if down[0]["err"] == "" || up[0]["failures"].(float64) < 10 {
+		t.Errorf("down %v, up %v", down[0], up[0])
+	}
+	if n := len(logs.with(t, "WARN", "seen-set claim failed")); n != 0 {
+		t.Errorf("%d per-message warnings while Redis was down", n)
+	}
+}
+
+// Without a health check the pipeline itself reports the app going away
+// and coming back, once each way.
+func TestAppDownAndUpLoggedOnce(t *testing.T) {
+	var logs logCapture
+	f := &script{res: []forward.Result{ok, refused, refused, refused, refused, refused, refused, ok}}
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: seenset.NewMemory(), Forwarder: f, Lease: time.Second, TTL: time.Hour,
+		MaxAttempts: 2, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, CommitAttempts: 1, Logger: logs.logger(),
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "kafka"})
+	for i := range 3 {
+		h(newRecDelivery(fmt.Sprint("a", i)))
+	}
+	testutil.Eventually(t, 5*time.Second, "the back line", func() bool {
+		return len(logs.with(t, "", "app answers again")) > 0
+	})
+	down := logs.with(t, "WARN", "app unreachable")
+	up := logs.with(t, "INFO", "app answers again")
+	if len(down) != 1 || len(up) != 1 || up[0]["failures"].(float64) != 6 {
+		t.Fatalf("%d down and %d up lines, want 1 and 1:\n%s", len(down), len(up), logs.String())
+	}
+	if n := len(logs.with(t, "INFO", "app failed, will retry")); n != 0 {
+		t.Errorf("%d per-message info lines for a refused connection", n)
+	}
+	// Field names: attempt, reason, err — never try/why/attempts.
+	for _, r := range logs.records(t) {
+		for _, bad := range []string{"try", "why", "attempts", "error"} {
+			if _, has := r[bad]; has {
+				t.Errorf("field %q in %v", bad, r)
+			}
+		}
+	}
+}
+
+// A key this process left claimed (its request timed out and may still
+// run at the app) is busy for another delivery of it; the log says it is
+// held here. A key claimed by another process is another replica's.
+func TestBusyKeyHeldHereIsNotAnotherReplica(t *testing.T) {
+	var logs logCapture
+	st := seenset.NewMemory()
+	timeout := forward.Result{Outcome: forward.Retryable, Reason: "timeout", MayBeRunning: true}
+	f := &script{res: []forward.Result{timeout, ok}}
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: st, Forwarder: f, Lease: 300 * time.Millisecond, TTL: time.Hour,
+		MaxAttempts: 3, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, BusyDelay: time.Millisecond,
+		CommitAttempts: 1, Logger: logs.logger(),
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true})
+	first := newRecDelivery("k1")
+	done := make(chan struct{})
+	go func() { defer close(done); h(first) }()
+	testutil.Eventually(t, 5*time.Second, "the first request timed out", func() bool {
+		return len(logs.with(t, "", "no answer from the app")) == 1
+	})
+	second := newRecDelivery("k1")
+	h(second)
+	<-done
+	if got := second.settled(); len(got) != 1 || got[0] != "requeue" {
+		t.Fatalf("second delivery settled %v, want requeue", got)
+	}
+	req := logs.with(t, "DEBUG", "requeued")
+	if len(req) != 1 || !strings.Contains(req[0]["reason"].(string), "claimed by this replica") {
+		t.Fatalf("requeue lines %v", req)
+	}
+
+	// Claimed elsewhere: another replica.
+	if _, err := st.Claim(context.Background(), stored+"k2", "other-process", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h(newRecDelivery("k2"))
+	req = logs.with(t, "DEBUG", "requeued")
+	if len(req) != 2 || req[1]["reason"] != "key busy on another replica" {
+		t.Fatalf("requeue lines %v", req)
+	}
+}
+
+// failingAck is a delivery whose ack fails; with dies, its channel dies
+// as it acks, as when RabbitMQ drops the connection under it.
+type failingAck struct {
+	*recDelivery
+	dies bool
+}
+
+func (d failingAck) Ack(context.Context) error {
+	if d.dies {
+		close(d.lost)
+	}
+	return errors.New("channel/connection is not open")
+}
+
+// An ack that fails because the delivery's channel is gone is one of many
+// the broker's own line covers: debug. One that fails on a live delivery
+// is a warning.
+func TestAckFailureOnLostDeliveryIsDebug(t *testing.T) {
+	var logs logCapture
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: seenset.NewMemory(), Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
+		MaxAttempts: 1, BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, CommitAttempts: 1, Logger: logs.logger(),
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true})
+	h(failingAck{recDelivery: newRecDelivery("live")})
+	h(failingAck{recDelivery: newRecDelivery("lost"), dies: true})
+	lines := logs.with(t, "", "ack failed")
+	if len(lines) != 2 || lines[0]["key"] != "live" || lines[0]["level"] != "WARN" || lines[1]["key"] != "lost" || lines[1]["level"] != "DEBUG" {
+		t.Fatalf("ack failure lines:\n%s", logs.String())
+	}
+}
