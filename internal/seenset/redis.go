@@ -34,6 +34,15 @@ type RedisOptions struct {
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
 	PoolSize     int
+	// WaitReplicas, when positive, makes every claim and commit (every
+	// write) wait until that many replicas of the key's master have it
+	// (Redis WAIT), so that a failover to one of them cannot lose it.
+	// Fewer acknowledgements within WaitTimeout fail the call with
+	// ErrUnavailable: the message is neither forwarded nor acked on the
+	// strength of a write a failover may lose. WaitTimeout must be
+	// positive then, and below ReadTimeout.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Redis is the Store on Redis (standalone, Sentinel or Cluster).
@@ -51,7 +60,8 @@ type Redis struct {
 	prefix string
 	owned  bool
 	batch  *batcher
-	master string // Sentinel master set name, to name it in Durability
+	master string   // Sentinel master set name, to name it in Durability
+	addrs  []string // as configured, for Describe
 	// scriptsOnly is set once Redis refused SET … GET (before 7.0 NX and
 	// GET do not combine): claims and commits then run as scripts.
 	scriptsOnly atomic.Bool
@@ -71,8 +81,12 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 			return nil, errors.New("seenset: redis: empty address")
 		}
 	}
-	if o.DialTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0 || o.PoolSize < 0 {
-		return nil, errors.New("seenset: redis: timeouts and pool size must not be negative")
+	if o.DialTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0 || o.PoolSize < 0 || o.WaitReplicas < 0 {
+		return nil, errors.New("seenset: redis: timeouts, pool size and wait replicas must not be negative")
+	}
+	if o.WaitReplicas > 0 && o.WaitTimeout < time.Millisecond {
+		// WAIT n 0 blocks for ever.
+		return nil, errors.New("seenset: redis: a replica wait needs a wait timeout of at least 1ms")
 	}
 	c := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:        o.Addrs,
@@ -89,14 +103,15 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		// ReadTimeout; the pipeline bounds each store call by its context.
 		ContextTimeoutEnabled: true,
 	})
-	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: newBatcher(c, batchTimeout(o)), master: o.MasterName}, nil
+	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: newBatcher(c, batchTimeout(o), o.WaitReplicas, o.WaitTimeout),
+		master: o.MasterName, addrs: o.Addrs}, nil
 }
 
 // NewRedisWithClient wraps a client the caller already has (shared pool,
 // custom hooks, tests). The caller keeps ownership: Close does not close c,
 // because other users of c would break.
 func NewRedisWithClient(c redis.UniversalClient, prefix string) *Redis {
-	return &Redis{c: c, prefix: prefix, batch: newBatcher(c, 5*time.Second)}
+	return &Redis{c: c, prefix: prefix, batch: newBatcher(c, 5*time.Second, 0, 0)}
 }
 
 // batchTimeout bounds one pipelined batch: the write and the read of every
