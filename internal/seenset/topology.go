@@ -33,7 +33,8 @@ type Topology struct {
 }
 
 // MasterInfo is one master: its address (the Sentinel master set for
-// Sentinel) and its connected replicas (INFO replication).
+// Sentinel) and its connected replicas (INFO replication), -1 when the
+// server refused to say.
 type MasterInfo struct {
 	Addr     string
 	Replicas int
@@ -52,6 +53,9 @@ func (t Topology) String() string {
 	lo, hi := t.Masters[0].Replicas, t.Masters[0].Replicas
 	for _, m := range t.Masters {
 		lo, hi = min(lo, m.Replicas), max(hi, m.Replicas)
+	}
+	if lo < 0 {
+		return s + ", replicas unknown"
 	}
 	plural := func(n int) string {
 		if n == 1 {
@@ -132,7 +136,7 @@ func (r *Redis) Describe(ctx context.Context) (Topology, error) {
 	}
 	if n := r.batch.waitReplicas; n > 0 {
 		for _, m := range t.Masters {
-			if m.Replicas < n {
+			if m.Replicas >= 0 && m.Replicas < n {
 				t.Warnings = append(t.Warnings, fmt.Sprintf("redis %s has %d connected replicas but seenset.redis.wait_replicas is %d: every claim and commit on it fails until enough replicas are connected", m.Addr, m.Replicas, n))
 			}
 		}
@@ -143,18 +147,21 @@ func (r *Redis) Describe(ctx context.Context) (Topology, error) {
 // describeServer reads INFO replication: the server must be a master,
 // and its connected_slaves are its replicas.
 func describeServer(ctx context.Context, c redis.Cmdable, addr string) (MasterInfo, string, error) {
-	m := MasterInfo{Addr: addr}
+	m := MasterInfo{Addr: addr, Replicas: -1}
 	repl, err := info(ctx, c, "replication")
 	if err != nil {
 		if refused(err) {
-			return m, fmt.Sprintf("redis %s refused INFO replication (%v): its replicas are unknown", addr, err), nil
+			// The durability check already says INFO was refused.
+			return m, "", nil
 		}
 		return m, "", err
 	}
 	if role := repl["role"]; role != "master" {
 		return m, fmt.Sprintf("redis %s is a %s, not a master: the seen-set's writes fail there; give the master's address", addr, role), nil
 	}
-	m.Replicas, _ = strconv.Atoi(repl["connected_slaves"])
+	if n, err := strconv.Atoi(repl["connected_slaves"]); err == nil {
+		m.Replicas = n
+	}
 	return m, "", nil
 }
 

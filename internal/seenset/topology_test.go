@@ -281,7 +281,7 @@ func TestDescribeRedis(t *testing.T) {
 		{"sentinel", seenset.RedisOptions{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName}, "sentinel, 1 master, 2 replicas", ""},
 		{"standalone", seenset.RedisOptions{Addrs: []string{single.Addr()}}, "standalone, 1 master, 0 replicas", ""},
 		{"one cluster node", seenset.RedisOptions{Addrs: c.Addrs()[:1]}, "standalone, 1 master, 1 replica", "is a Cluster node but seenset.redis.addrs lists one address"},
-		{"a replica", seenset.RedisOptions{Addrs: []string{c.Replicas[0].Addr()}}, "standalone, 1 master, 0 replicas", "is a slave, not a master"},
+		{"a replica", seenset.RedisOptions{Addrs: []string{c.Replicas[0].Addr()}}, "standalone, 1 master, replicas unknown", "is a slave, not a master"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			topo, err := seenset.DescribeRedis(ctx, tc.o)
