@@ -84,6 +84,9 @@ type Redis struct {
 	// cannot lose it; fewer within WaitTimeout is a store error.
 	WaitReplicas int           `mapstructure:"wait_replicas"`
 	WaitTimeout  time.Duration `mapstructure:"wait_timeout"`
+	// HashKeysOver > 0 stores keys longer than that many bytes as their
+	// SHA-256; every replica of a consumer must agree on it.
+	HashKeysOver int `mapstructure:"hash_keys_over"`
 }
 
 // Delivery is the retry policy shared by all sources.

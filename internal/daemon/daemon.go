@@ -280,6 +280,7 @@ func NewStore(cfg *config.Config) (seenset.Store, error) {
 			PoolSize:     r.PoolSize,
 			WaitReplicas: r.WaitReplicas,
 			WaitTimeout:  r.WaitTimeout,
+			HashKeysOver: r.HashKeysOver,
 		}
 		if r.TLS {
 			o.TLS = tlsConfig()

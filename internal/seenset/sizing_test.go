@@ -29,18 +29,24 @@ import (
 func BenchmarkRedisBytesPerKey(b *testing.B) {
 	const n = 100000
 	uuid := "3f2b8c1e-9a4d-4e7f-b1c2-8d9e0f1a2" // + 5 digits: 36 characters
-	for _, tc := range []struct{ name, key string }{
+	for _, tc := range []struct {
+		name, key string
+		hashOver  int
+	}{
 		// "<consumer>:<source>:<meta.id>" as the proxy stores it; the
 		// default prefix dedupe: comes on top.
-		{"short-id", "billing:payments:pay-%06d"},
-		{"meta.id-36", "billing:payments:" + uuid[:31] + "%05d"},
-		{"key-200", "billing:payments:" + strings.Repeat("y", 171) + "%05d"},
+		{"short-id", "billing:payments:pay-%06d", 0},
+		{"meta.id-36", "billing:payments:" + uuid[:31] + "%05d", 0},
+		{"key-200", "billing:payments:" + strings.Repeat("y", 171) + "%05d", 0},
+		// The same keys with seenset.redis.hash_keys_over: 64.
+		{"meta.id-36-hash64", "billing:payments:" + uuid[:31] + "%05d", 64},
+		{"key-200-hash64", "billing:payments:" + strings.Repeat("y", 171) + "%05d", 64},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := testutil.StartRedis(b)
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer c.Close()
-			s, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{srv.Addr()}, Prefix: "dedupe:"})
+			s, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{srv.Addr()}, Prefix: "dedupe:", HashKeysOver: tc.hashOver})
 			if err != nil {
 				b.Fatal(err)
 			}
