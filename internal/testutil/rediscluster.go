@@ -53,7 +53,21 @@ func StartRedisCluster(t testing.TB, o RedisClusterOptions) *RedisCluster {
 // masters, joins the nodes, attaches each replica and returns once every
 // node reports cluster_state:ok and every replica's link is up: a few
 // seconds. Close kills the nodes and removes their directory.
-func NewRedisCluster(o RedisClusterOptions) (c *RedisCluster, err error) {
+func NewRedisCluster(o RedisClusterOptions) (*RedisCluster, error) {
+	// A free port can be taken by another test before the server binds
+	// it: start again on new ports.
+	var errs []error
+	for range 3 {
+		x, err := newRedisClusterOnce(o)
+		if err == nil {
+			return x, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+func newRedisClusterOnce(o RedisClusterOptions) (c *RedisCluster, err error) {
 	if o.Masters == 0 {
 		o.Masters = 3
 	}

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,7 +51,21 @@ func StartRedisSentinel(t testing.TB, o RedisSentinelOptions) *RedisSentinel {
 // NewRedisSentinel starts the master, its replicas and three sentinels
 // (quorum 2) and returns once every replica's link is up and every
 // sentinel sees every replica and the other sentinels: a few seconds.
-func NewRedisSentinel(o RedisSentinelOptions) (s *RedisSentinel, err error) {
+func NewRedisSentinel(o RedisSentinelOptions) (*RedisSentinel, error) {
+	// A free port can be taken by another test before the server binds
+	// it: start again on new ports.
+	var errs []error
+	for range 3 {
+		x, err := newRedisSentinelOnce(o)
+		if err == nil {
+			return x, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+func newRedisSentinelOnce(o RedisSentinelOptions) (s *RedisSentinel, err error) {
 	if o.Replicas == 0 {
 		o.Replicas = 2
 	}
