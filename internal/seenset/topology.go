@@ -134,6 +134,13 @@ func (r *Redis) Describe(ctx context.Context) (Topology, error) {
 			}
 		}
 	}
+	if t.Mode != ModeStandalone {
+		for _, m := range t.Masters {
+			if m.Replicas == 0 {
+				t.Warnings = append(t.Warnings, fmt.Sprintf("redis %s has no connected replica: if it fails, no replica can take over and its share of the seen-set is lost", m.Addr))
+			}
+		}
+	}
 	if n := r.batch.waitReplicas; n > 0 {
 		for _, m := range t.Masters {
 			if m.Replicas >= 0 && m.Replicas < n {
