@@ -128,3 +128,38 @@ func TestKafkaOnRedisClusterWithReplicaWait(t *testing.T) {
 	}
 	checkCluster(t, h.harness, p1, c, ids, &log)
 }
+
+// RabbitMQ with the seen-set behind Sentinel (master, 2 replicas, 3
+// sentinels), every write waiting for one replica.
+func TestRabbitOnRedisSentinelWithReplicaWait(t *testing.T) {
+	t.Parallel()
+	s := testutil.StartRedisSentinel(t, testutil.RedisSentinelOptions{})
+	h := newHarness(t, func(cfg *config.Config) {
+		withAdmin(cfg)
+		cfg.SeenSet.Redis.Addrs = s.SentinelAddrs()
+		cfg.SeenSet.Redis.MasterName = s.MasterName
+		cfg.SeenSet.Redis.WaitReplicas = 1
+		cfg.SeenSet.Redis.WaitTimeout = 500 * time.Millisecond
+	})
+	p := h.start()
+	ids, sends := clusterPlan("rs", 200)
+	for _, id := range sends {
+		publishJSON(h, envelope(id, ""))
+	}
+	testutil.Eventually(t, 60*time.Second, "every delivery acked", func() bool {
+		return p.result(t, "forwarded")+p.result(t, "duplicate") == float64(len(sends))
+	})
+	effects := h.app.Effects()
+	for _, id := range ids {
+		if effects[id] != 1 {
+			t.Errorf("id %s effected %d times, want 1", id, effects[id])
+		}
+		if st, err := p.d.Store().Status(context.Background(), storedKey(id)); err != nil || st.State != seenset.Done {
+			t.Fatalf("%s: %+v, %v; want done", id, st, err)
+		}
+	}
+	code, body := adminDo(t, p, "GET", "/readyz", "")
+	if code != http.StatusOK || !strings.Contains(body, "seenset: ok (redis sentinel, 1 master, 2 replicas)\n") {
+		t.Errorf("/readyz = %d %q", code, body)
+	}
+}
