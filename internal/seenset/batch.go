@@ -247,6 +247,7 @@ func (b *batcher) execWaiting(live []*call) {
 		calls []*call
 	}
 	var groups []*group
+	var reload atomic.Bool
 	byNode := map[*redis.Client]*group{}
 	cc, cluster := b.c.(*redis.ClusterClient)
 	for _, c := range live {
@@ -261,6 +262,7 @@ func (b *batcher) execWaiting(live []*call) {
 		if err != nil {
 			c.err = err
 			c.finish()
+			reload.Store(true)
 			continue
 		}
 		g := byNode[node]
@@ -272,7 +274,6 @@ func (b *batcher) execWaiting(live []*call) {
 		g.calls = append(g.calls, c)
 	}
 	var wg sync.WaitGroup
-	var reload atomic.Bool
 	for _, g := range groups {
 		wg.Add(1)
 		go func() {
@@ -294,8 +295,8 @@ type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
 
-// runWaiting runs calls and WAIT in one pipeline; false when a call or
-// the WAIT failed.
+// runWaiting runs calls and WAIT in one pipeline; false when the node
+// was lost or moved slots (movedOrLost).
 func (b *batcher) runWaiting(ctx context.Context, p pipeliner, calls []*call) bool {
 	pipe := p.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
@@ -322,12 +323,32 @@ func (b *batcher) runWaiting(ctx context.Context, p pipeliner, calls []*call) bo
 		if c.err == nil && werr != nil {
 			c.err, c.val, c.absent, c.n = werr, "", false, 0
 		}
-		if c.err != nil {
+		if movedOrLost(c.err) {
 			ok = false
 		}
 		c.finish()
 	}
-	return ok
+	return ok && !movedOrLost(werr)
+}
+
+// movedOrLost is an error after which a Cluster client should read the
+// layout again: the node is gone (not a reply from Redis) or says the
+// slot is elsewhere or unserved. A short WAIT or a refused value is not.
+func movedOrLost(err error) bool {
+	if err == nil || errors.Is(err, errReplicas) {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range []string{"MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // key is the one key a call touches.
