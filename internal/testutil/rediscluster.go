@@ -79,9 +79,11 @@ func newRedisClusterOnce(o RedisClusterOptions) (c *RedisCluster, err error) {
 		return nil, err
 	}
 	c = &RedisCluster{dir: dir}
+	// A failed start returns nil: close what was built, not the result.
+	built := c
 	defer func() {
 		if err != nil {
-			c.Close()
+			built.Close()
 		}
 	}()
 	for i := range 2 * o.Masters {

@@ -77,9 +77,11 @@ func newRedisSentinelOnce(o RedisSentinelOptions) (s *RedisSentinel, err error) 
 		return nil, err
 	}
 	s = &RedisSentinel{MasterName: "dptest-" + strconv.Itoa(os.Getpid()), dir: dir}
+	// A failed start returns nil: close what was built, not the result.
+	built := s
 	defer func() {
 		if err != nil {
-			s.Close()
+			built.Close()
 		}
 	}()
 	data := append([]string{"--save", "", "--appendonly", "no"}, o.Args...)
