@@ -59,7 +59,7 @@ func TestRedisSentinelFormsAndFailsOver(t *testing.T) {
 	if err := fc.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n := fc.Wait(ctx, 2, time.Second).Val(); n != 2 {
+	if n := fc.Wait(ctx, 2, 5*time.Second).Val(); n != 2 {
 		t.Fatalf("WAIT 2: %d replicas acknowledged", n)
 	}
 	m, err := s.Master(ctx)
