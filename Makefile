@@ -6,7 +6,7 @@ BIN := bin/dedupe-proxy
 # The whole suite against the local RabbitMQ and Redis; the README's test command.
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: help build test demo demo-webhook demo-embedded check vet fmt-check chaos clean
+.PHONY: help build test demo demo-webhook demo-embedded check vet fmt-check chaos redis-failover clean
 # The demo's parts: auto uses the local RabbitMQ and Redis when both answer
 # and otherwise an in-process Kafka and Redis; EMBEDDED=1 asks for those.
 BROKER ?= auto
@@ -50,6 +50,9 @@ check: ## Everything CI runs: gofmt, vet, tests, the embedded demo, the chaos su
 
 chaos: ## Fault suite: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~4 min)
 	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./tools/chaos/
+
+redis-failover: ## Redis Cluster and Sentinel failover under load, with and without wait_replicas; prints a table (~2-3 min)
+	go test -tags chaos -count=1 -timeout 15m -v -run TestRedisFailover ./tools/chaos/
 
 clean: ## Remove build output
 	rm -rf bin

@@ -79,6 +79,14 @@ type Redis struct {
 	ReadTimeout  time.Duration `mapstructure:"read_timeout"`
 	WriteTimeout time.Duration `mapstructure:"write_timeout"`
 	PoolSize     int           `mapstructure:"pool_size"`
+	// WaitReplicas > 0: every claim and commit waits until that many
+	// replicas of its master acknowledged it (Redis WAIT), so a failover
+	// cannot lose it; fewer within WaitTimeout is a store error.
+	WaitReplicas int           `mapstructure:"wait_replicas"`
+	WaitTimeout  time.Duration `mapstructure:"wait_timeout"`
+	// HashKeysOver > 0 stores keys longer than that many bytes as their
+	// SHA-256; every replica of a consumer must agree on it.
+	HashKeysOver int `mapstructure:"hash_keys_over"`
 }
 
 // Delivery is the retry policy shared by all sources.
@@ -258,6 +266,7 @@ func Default() Config {
 				ReadTimeout:  2 * time.Second,
 				WriteTimeout: 2 * time.Second,
 				PoolSize:     64,
+				WaitTimeout:  500 * time.Millisecond,
 			},
 		},
 		Delivery: Delivery{

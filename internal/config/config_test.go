@@ -174,6 +174,12 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 		{"app.health_url", func(c *Config) { c.App.HealthURL = "tcp://x" }},
 		{"seenset.redis.addrs", func(c *Config) { c.SeenSet.Redis.Addrs = nil }},
 		{"seenset.redis.addrs[0]", func(c *Config) { c.SeenSet.Redis.Addrs = []string{"nohost"} }},
+		{"seenset.redis.wait_replicas", func(c *Config) { c.SeenSet.Redis.WaitReplicas = -1 }},
+		{"seenset.redis.hash_keys_over", func(c *Config) { c.SeenSet.Redis.HashKeysOver = 43 }},
+		{"seenset.redis.wait_timeout", func(c *Config) { c.SeenSet.Redis.WaitReplicas, c.SeenSet.Redis.WaitTimeout = 1, 0 }},
+		{"seenset.redis.wait_timeout", func(c *Config) {
+			c.SeenSet.Redis.WaitReplicas, c.SeenSet.Redis.WaitTimeout = 1, c.SeenSet.Redis.ReadTimeout
+		}},
 		{"delivery.busy_delay", func(c *Config) { c.Delivery.BusyDelay = 0 }},
 		{"delivery.commit_attempts", func(c *Config) { c.Delivery.CommitAttempts = 0 }},
 		{"sources[1].name", func(c *Config) { c.Sources[1].Name = "orders" }},

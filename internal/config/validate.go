@@ -115,6 +115,17 @@ func (c *Config) Validate() error {
 		p.positive("seenset.redis.write_timeout", s.Redis.WriteTimeout)
 		p.atLeast("seenset.redis.pool_size", s.Redis.PoolSize, 1)
 		p.atLeast("seenset.redis.db", s.Redis.DB, 0)
+		p.atLeast("seenset.redis.wait_replicas", s.Redis.WaitReplicas, 0)
+		if h := s.Redis.HashKeysOver; h != 0 && h < 44 {
+			p.add("seenset.redis.hash_keys_over", "must be 0 (off) or at least 44, the length of a hashed key, got %d", h)
+		}
+		if s.Redis.WaitReplicas > 0 {
+			// WAIT n 0 blocks for ever; and the reply must come before the
+			// read timeout gives up on the connection.
+			if s.Redis.WaitTimeout < time.Millisecond || s.Redis.WaitTimeout >= s.Redis.ReadTimeout {
+				p.add("seenset.redis.wait_timeout", "must be at least 1ms and below seenset.redis.read_timeout (%s) when wait_replicas is set, got %s", s.Redis.ReadTimeout, s.Redis.WaitTimeout)
+			}
+		}
 	}
 
 	d := c.Delivery

@@ -152,6 +152,10 @@ func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(&b, "%s: warning: %s\n", c.name, c.warn)
 			continue
 		}
+		if c.detail != "" {
+			fmt.Fprintf(&b, "%s: ok (%s)\n", c.name, c.detail)
+			continue
+		}
 		fmt.Fprintf(&b, "%s: ok\n", c.name)
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -278,6 +278,9 @@ func NewStore(cfg *config.Config) (seenset.Store, error) {
 			ReadTimeout:  r.ReadTimeout,
 			WriteTimeout: r.WriteTimeout,
 			PoolSize:     r.PoolSize,
+			WaitReplicas: r.WaitReplicas,
+			WaitTimeout:  r.WaitTimeout,
+			HashKeysOver: r.HashKeysOver,
 		}
 		if r.TLS {
 			o.TLS = tlsConfig()
@@ -317,6 +320,8 @@ type check struct {
 	name string
 	err  error
 	warn string // shown on /readyz; never makes the proxy unready
+	// detail follows "ok" on /readyz.
+	detail string
 }
 
 // checks are /readyz's lines, in a fixed order.
@@ -330,7 +335,9 @@ func (d *Daemon) checks(ctx context.Context) []check {
 	d.observeStore("ping", start, err)
 	cs = append(cs, check{name: "seenset", err: err})
 	if d.durable != nil {
-		if w := d.durable.warning(ctx, err == nil); w != "" {
+		w := d.durable.warning(ctx, err == nil)
+		cs[len(cs)-1].detail = d.durable.detail()
+		if w != "" {
 			cs = append(cs, check{name: "seenset durability", warn: w})
 		}
 	}

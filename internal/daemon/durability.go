@@ -17,6 +17,12 @@ type durabilityReporter interface {
 	Durability(ctx context.Context) (seenset.Durability, error)
 }
 
+// topologyReporter is a store that can say how its servers are deployed
+// (Redis: standalone, Sentinel or Cluster, masters and replicas).
+type topologyReporter interface {
+	Describe(ctx context.Context) (seenset.Topology, error)
+}
+
 // durabilityCheck asks the store's servers whether they may evict or lose
 // the seen-set's keys: at start (until it gets an answer), every few
 // minutes after, and when /readyz finds the answer older than maxAge. An
@@ -38,6 +44,7 @@ type durabilityCheck struct {
 	warnings   []string   // of the last answer; nil before one
 	answeredAt time.Time
 	warned     map[string]bool // the problems logged and still present
+	topology   string          // the last deployment found, logged when it changes
 }
 
 func newDurabilityCheck(st seenset.Store, log *slog.Logger, m *metrics.Metrics) *durabilityCheck {
@@ -100,6 +107,22 @@ func (c *durabilityCheck) read(ctx context.Context) bool {
 	c.m.SeenSetEvicting.Set(d.Evicting().Gauge())
 	c.m.SeenSetPersistent.Set(d.Persistent().Gauge())
 	ws := d.Warnings()
+	topology := ""
+	if tr, ok := c.r.(topologyReporter); ok {
+		t, err := tr.Describe(ctx)
+		if err != nil {
+			return false
+		}
+		topology = "redis " + t.String()
+		ws = append(ws, t.Warnings...)
+		c.mu.Lock()
+		changed := topology != c.topology
+		c.topology = topology
+		c.mu.Unlock()
+		if changed {
+			c.log.Info("seen-set redis", "mode", string(t.Mode), "masters", len(t.Masters), "topology", t.String())
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := map[string]bool{}
@@ -141,4 +164,14 @@ func (c *durabilityCheck) warning(ctx context.Context, reachable bool) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return strings.Join(c.warnings, "; ")
+}
+
+// detail is the deployment last found, for /readyz's seenset line.
+func (c *durabilityCheck) detail() string {
+	if c == nil {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.topology
 }

@@ -67,7 +67,7 @@ func TestDurabilityWarnings(t *testing.T) {
 			t.Fatal("durability read failed")
 		}
 		code, body := adminDo(t, p, "GET", "/readyz", "")
-		if want := "source orders: ok\nseenset: ok\nseenset durability: warning: " + evict + "; " + lose + "\n"; code != http.StatusOK || body != want {
+		if want := "source orders: ok\nseenset: ok (redis standalone, 1 master, 0 replicas)\nseenset durability: warning: " + evict + "; " + lose + "\n"; code != http.StatusOK || body != want {
 			t.Fatalf("/readyz = %d %q, want 200 %q", code, body, want)
 		}
 	}
@@ -84,7 +84,7 @@ func TestDurabilityWarnings(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "gauges set at start", func() bool {
 		return sp.gauge(t, "dedupe_proxy_seenset_evicting") == 0 && sp.gauge(t, "dedupe_proxy_seenset_persistent") == 1
 	})
-	if code, body := adminDo(t, sp, "GET", "/readyz", ""); code != http.StatusOK || body != "source orders: ok\nseenset: ok\n" {
+	if code, body := adminDo(t, sp, "GET", "/readyz", ""); code != http.StatusOK || body != "source orders: ok\nseenset: ok (redis standalone, 1 master, 0 replicas)\n" {
 		t.Fatalf("/readyz = %d %q", code, body)
 	}
 	if ws := warnLines(t, &sbuf, "redis "); len(ws) != 0 {
@@ -133,7 +133,7 @@ func TestDurabilityInfoRefused(t *testing.T) {
 		}
 	}
 	code, body := adminDo(t, p, "GET", "/readyz", "")
-	if code != http.StatusOK || !strings.HasPrefix(body, "source orders: ok\nseenset: ok\nseenset durability: warning: redis "+rs.Addr()+" refused INFO (NOPERM") {
+	if code != http.StatusOK || !strings.HasPrefix(body, "source orders: ok\nseenset: ok (redis standalone, 1 master, replicas unknown)\nseenset durability: warning: redis "+rs.Addr()+" refused INFO (NOPERM") {
 		t.Fatalf("/readyz = %d %q", code, body)
 	}
 	if ws := warnLines(t, &buf, "refused INFO"); len(ws) != 1 {

@@ -205,7 +205,7 @@ func TestReadyzFlipsWithRedis(t *testing.T) {
 	code, body := adminDo(t, p, "GET", "/readyz", "")
 	// The private server keeps nothing across a restart: a warning that
 	// leaves the proxy ready.
-	if want := "source orders: ok\nseenset: ok\nseenset durability: warning: redis " + rs.Addr() +
+	if want := "source orders: ok\nseenset: ok (redis standalone, 1 master, 0 replicas)\nseenset durability: warning: redis " + rs.Addr() +
 		" has neither AOF nor RDB snapshots: a restart without a replica taking over empties the seen-set," +
 		" and every message delivered again after it is forwarded again; set appendonly yes\n"; code != http.StatusOK || body != want {
 		t.Fatalf("/readyz = %d %q, want 200 %q", code, body, want)
@@ -249,7 +249,7 @@ func TestReadyzFlipsWithBroker(t *testing.T) {
 		code, body = adminDo(t, p, "GET", "/readyz", "")
 		return code == http.StatusServiceUnavailable
 	})
-	if !strings.Contains(body, "source orders: broker: not connected\n") || !strings.Contains(body, "seenset: ok\n") {
+	if !strings.Contains(body, "source orders: broker: not connected\n") || !strings.Contains(body, "seenset: ok (redis standalone, 1 master, ") {
 		t.Fatalf("/readyz body with the broker gone = %q", body)
 	}
 	if v, _ := series(t, reg, "dedupe_proxy_broker_connected", src); v != 0 {

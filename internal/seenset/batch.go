@@ -3,8 +3,10 @@ package seenset
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +26,11 @@ type batcher struct {
 	wg      sync.WaitGroup
 	timeout time.Duration
 	once    sync.Once
+	// waitReplicas > 0 ends every batch with WAIT waitReplicas
+	// waitTimeout on the connection that carried its writes (see
+	// execWaiting).
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 // call is one script run (script set: n is its integer reply) or one
@@ -51,8 +58,9 @@ const (
 
 var errClosed = errors.New("store closed")
 
-func newBatcher(c redis.UniversalClient, timeout time.Duration) *batcher {
-	b := &batcher{c: c, calls: make(chan *call, maxBatch*batchLoops), stop: make(chan struct{}), timeout: timeout}
+func newBatcher(c redis.UniversalClient, timeout time.Duration, waitReplicas int, waitTimeout time.Duration) *batcher {
+	b := &batcher{c: c, calls: make(chan *call, maxBatch*batchLoops), stop: make(chan struct{}), timeout: timeout,
+		waitReplicas: waitReplicas, waitTimeout: waitTimeout}
 	b.wg.Add(batchLoops)
 	for range batchLoops {
 		go b.loop()
@@ -150,6 +158,10 @@ func (b *batcher) exec(batch []*call) {
 		}
 		live = append(live, c)
 	}
+	if b.waitReplicas > 0 && len(live) > 0 {
+		b.execWaiting(live)
+		return
+	}
 	switch len(live) {
 	case 0:
 		return
@@ -212,4 +224,142 @@ func (c *call) finish() {
 
 func isNoScript(err error) bool {
 	return strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// errReplicas: WAIT returned before enough replicas acknowledged the
+// batch's writes. The writes stand on the master, but a failover now may
+// lose them, so the caller must not act on them (ErrUnavailable).
+var errReplicas = errors.New("not enough replicas acknowledged the write")
+
+// execWaiting runs the batch followed by WAIT on each master that holds
+// part of it. WAIT counts the replicas that have the writes of the
+// connection it runs on, so it must follow the writes on that same
+// connection: one pipeline per master (a Cluster's keys are grouped by
+// their slot's master; standalone and Sentinel have one), SETs then
+// WAIT. A call on a master whose WAIT fell short fails, whatever it
+// answered. Scripts run as EVAL rather than EVALSHA here, so that no
+// NOSCRIPT retry on another connection escapes the WAIT.
+func (b *batcher) execWaiting(live []*call) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout+b.waitTimeout)
+	defer cancel()
+	type group struct {
+		p     pipeliner
+		calls []*call
+	}
+	var groups []*group
+	var reload atomic.Bool
+	byNode := map[*redis.Client]*group{}
+	cc, cluster := b.c.(*redis.ClusterClient)
+	for _, c := range live {
+		if !cluster {
+			if len(groups) == 0 {
+				groups = append(groups, &group{p: b.c})
+			}
+			groups[0].calls = append(groups[0].calls, c)
+			continue
+		}
+		node, err := cc.MasterForKey(ctx, c.key())
+		if err != nil {
+			c.err = err
+			c.finish()
+			reload.Store(true)
+			continue
+		}
+		g := byNode[node]
+		if g == nil {
+			g = &group{p: node}
+			byNode[node] = g
+			groups = append(groups, g)
+		}
+		g.calls = append(g.calls, c)
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !b.runWaiting(ctx, g.p, g.calls) {
+				reload.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	if cluster && reload.Load() {
+		// A node moved its slots or died: let the client read the
+		// cluster's layout again before the callers retry.
+		cc.ReloadState(ctx)
+	}
+}
+
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// runWaiting runs calls and WAIT in one pipeline; false when the node
+// was lost or moved slots (movedOrLost).
+func (b *batcher) runWaiting(ctx context.Context, p pipeliner, calls []*call) bool {
+	pipe := p.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		if c.cmd != nil {
+			cmds[i] = pipe.Do(ctx, c.cmd...)
+		} else {
+			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+		}
+	}
+	wait := pipe.Do(ctx, "WAIT", b.waitReplicas, b.waitTimeout.Milliseconds())
+	_, _ = pipe.Exec(ctx)
+	acks, werr := wait.Int64()
+	if werr == nil && acks < int64(b.waitReplicas) {
+		werr = fmt.Errorf("%w: WAIT %d %d answered %d", errReplicas, b.waitReplicas, b.waitTimeout.Milliseconds(), acks)
+	}
+	ok := werr == nil
+	for i, c := range calls {
+		if c.cmd != nil {
+			c.setReply(cmds[i])
+		} else {
+			c.n, c.err = cmds[i].Int64()
+		}
+		if c.err == nil && werr != nil {
+			c.err, c.val, c.absent, c.n = werr, "", false, 0
+		}
+		if movedOrLost(c.err) {
+			ok = false
+		}
+		c.finish()
+	}
+	return ok && !movedOrLost(werr)
+}
+
+// movedOrLost is an error after which a Cluster client should read the
+// layout again: the node is gone (not a reply from Redis) or says the
+// slot is elsewhere or unserved. A short WAIT or a refused value is not.
+func movedOrLost(err error) bool {
+	if err == nil || errors.Is(err, errReplicas) {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range []string{"MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// key is the one key a call touches.
+func (c *call) key() string {
+	if c.cmd != nil {
+		if k, ok := c.cmd[1].(string); ok {
+			return k
+		}
+	}
+	if len(c.keys) > 0 {
+		return c.keys[0]
+	}
+	return ""
 }

@@ -198,6 +198,20 @@ func TestRedisDurabilityCluster(t *testing.T) {
 	if d.Evicting() != seenset.FactYes || d.Persistent() != seenset.FactNo {
 		t.Fatalf("cluster: evicting %v persistent %v", d.Evicting(), d.Persistent())
 	}
+	// A cluster without replicas: Describe says so for each master.
+	r, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{a.Addr(), b.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	topo, err := r.Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo.String() != "cluster, 2 masters, 0 replicas each" || len(topo.Warnings) != 2 ||
+		!strings.Contains(topo.Warnings[0], "has no connected replica") {
+		t.Fatalf("topology %q, warnings %q", topo.String(), topo.Warnings)
+	}
 	ws := d.Warnings()
 	if len(ws) != 2 || !strings.HasPrefix(ws[0], "redis "+b.Addr()+" maxmemory-policy is allkeys-lfu") ||
 		!strings.HasPrefix(ws[1], "redis "+b.Addr()+" has neither AOF nor RDB") {
