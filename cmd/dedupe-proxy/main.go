@@ -33,6 +33,10 @@ Usage:
                                         forget a key so its next delivery is forwarded again
                                         (--space: the source's key_space, by default its name;
                                         needed when the config has several)
+  dedupe-proxy inject [-f FILE|-] [--image IMAGE]
+                                        add the sidecar to the Kubernetes workloads of a
+                                        manifest stream (stdin by default) whose pod template
+                                        is annotated dedupe-proxy.io/inject: "true"
   dedupe-proxy version                  print the version
 
 --config defaults to $DEDUPE_PROXY_CONFIG. Every setting can be overridden
@@ -52,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "inject":
+		return injectCmd(rest, os.Stdin, stdout, stderr)
 	case "run", "validate", "keys":
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
