@@ -481,8 +481,8 @@ func TestWebhookCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][2]string{
-		"STRIPE_WEBHOOK_SECRET":                             {"stripe-webhook", "current"},
-		"STRIPE_WEBHOOK_SECRET_OLD":                         {"stripe-webhook", "previous"},
+		"STRIPE_WEBHOOK_SECRET":                              {"stripe-webhook", "current"},
+		"STRIPE_WEBHOOK_SECRET_OLD":                          {"stripe-webhook", "previous"},
 		"DEDUPE_PROXY_SOURCES_1_WEBHOOK_TARGET_RABBITMQ_URL": {"payments-rabbitmq", "url"},
 		"DEDUPE_PROXY_SOURCES_2_WEBHOOK_TARGET_RABBITMQ_URL": {"payments-rabbitmq", "url"},
 	}
