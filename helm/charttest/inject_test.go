@@ -26,7 +26,16 @@ var (
 	binOnce sync.Once
 	binPath string
 	binErr  error
+	binDir  string // the temporary build directory, removed by TestMain
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // proxyBin is $DEDUPE_PROXY_BIN (helm/check.sh passes bin/dedupe-proxy),
 // else the command built once into a temporary directory.
@@ -42,7 +51,7 @@ func proxyBin(t *testing.T) string {
 			binErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "dedupe-proxy")
+		binDir, binPath = dir, filepath.Join(dir, "dedupe-proxy")
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/dedupe-proxy")
 		cmd.Dir = "../.."
 		if out, err := cmd.CombinedOutput(); err != nil {

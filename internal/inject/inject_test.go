@@ -207,3 +207,27 @@ func TestSwitchToNativeSidecar(t *testing.T) {
 		t.Errorf("want one regular sidecar:\n%s", b)
 	}
 }
+
+// TestInjectedDocumentKeepsItsText: re-encoding an injected workload keeps
+// quoting, flow style, block scalars and long lines as they were, so no
+// value changes meaning or shape for the YAML 1.1 parser kubectl uses.
+func TestInjectedDocumentKeepsItsText(t *testing.T) {
+	kept := []string{
+		`          args: ["sh", "-c", "a command line well beyond eighty characters in width, which must not be folded by the encoder"]`,
+		`            - {name: A, value: "yes"}`,
+		`            - {name: B, value: '0755'}`,
+		"            - name: SCRIPT\n              value: |\n                line one\n                  indented two\n                last\n",
+		"          image: app:1 # the app's own comment",
+	}
+	in := strings.Replace(withAnnotations(`dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/config: orders-proxy`),
+		"          image: app:1\n", kept[4]+"\n"+kept[0]+"\n          env:\n"+kept[1]+"\n"+kept[2]+"\n"+kept[3], 1)
+	got, _, err := Stream([]byte(in), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kept {
+		if !strings.Contains(string(got), k) {
+			t.Errorf("output lost %q:\n%s", k, got)
+		}
+	}
+}
