@@ -4,8 +4,11 @@
 #   2. helm lint --strict and helm template: chart defaults and every ci/*-values.yaml;
 #   3. the Go test in helm/charttest: every manifest strictly decoded into the
 #      Kubernetes API types, the chart's wiring, the schema, refused values;
-#   4. `dedupe-proxy validate` (bin/ from make build) on the config.yaml and
-#      the proxy environment of every render, and on deploy/compose/config.yaml.
+#      `dedupe-proxy inject` (bin/ from make build): its golden manifests
+#      decoded strictly, its sidecar equal to the chart's, and inject as the
+#      post-renderer of helm template on a sample chart;
+#   4. `dedupe-proxy validate` on the config.yaml and the proxy environment
+#      of every render, and on deploy/compose/config.yaml.
 # Downloads nothing but Go modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,11 +59,13 @@ for v in "${values[@]}"; do
   "$HELM" template ci "$chart" "${args[@]}" >"$work/$name.yaml"
 done
 
-log "go test (helm/charttest: strict decode into the Kubernetes API types)"
-(cd helm/charttest && go test -count=1 ./...)
-
-log "make build, then dedupe-proxy validate on what each render gives the proxy"
+log "make build"
 make build >/dev/null
+
+log "go test (helm/charttest: strict decode into the Kubernetes API types, inject)"
+(cd helm/charttest && DEDUPE_PROXY_BIN=$PWD/../../bin/dedupe-proxy go test -count=1 ./...)
+
+log "dedupe-proxy validate on what each render gives the proxy"
 (cd helm/charttest && go build -o "$work/chartconfig" ./cmd/chartconfig)
 # validate LABEL CONFIG ENVFILE: the proxy sees only the listed variables.
 validate() {

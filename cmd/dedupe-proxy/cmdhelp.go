@@ -63,6 +63,25 @@ done) and its TTL. forget removes it, so the message's next delivery is
 forwarded again (a replay). --space is the source's key_space, by
 default its name; it is needed when the config has several.
 `,
+	"inject": `Usage: dedupe-proxy inject [-f FILE|-] [--image IMAGE] [-q]
+
+Read Kubernetes manifests (one or many YAML documents; stdin by default)
+and write them back with the dedupe-proxy sidecar added to every Pod,
+Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob whose pod
+template is annotated dedupe-proxy.io/inject: "true". Further
+annotations name the config ConfigMap (dedupe-proxy.io/config, required),
+credentials Secrets, the image and a native sidecar. Every other document
+is written back unchanged, and injecting twice gives the same output.
+On an error nothing is written to stdout and the exit status is 1.
+
+  kubectl apply -f <(dedupe-proxy inject -f app.yaml)
+  helm install app ./chart --post-renderer dedupe-proxy --post-renderer-args inject
+
+Flags:
+  -f FILE         the manifests (- or absent: stdin)
+  --image IMAGE   the proxy image where no annotation names one
+  -q              do not list the injected workloads on stderr
+`,
 	"version": `Usage: dedupe-proxy version
 
 Print the version and the Go version it was built with.

@@ -38,6 +38,10 @@ Usage:
                                         forget a key so its next delivery is forwarded again
                                         (--space: the source's key_space, by default its name;
                                         needed when the config has several)
+  dedupe-proxy inject [-f FILE|-] [--image IMAGE]
+                                        add the sidecar to the Kubernetes workloads of a
+                                        manifest stream (stdin by default) whose pod template
+                                        is annotated dedupe-proxy.io/inject: "true"
   dedupe-proxy version                  print the version
   dedupe-proxy help COMMAND             explain a command
 
@@ -57,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "help", "--help", "-h":
 		return help(rest, stdout, stderr)
+	case "inject":
+		return injectCmd(rest, os.Stdin, stdout, stderr)
 	case "run", "validate", "keys", "config", "doctor":
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)

@@ -57,24 +57,55 @@ func render(t *testing.T, values string, args ...string) *Objects {
 // TestRender decodes every manifest of every render strictly and checks
 // what holds the chart together: probes on the admin port the config
 // listens on, the hardened sidecar, credentials only from Secrets, and
-// selectors, ports and names that match across objects.
+// selectors, ports and names that match across objects. Mode shared
+// renders no pod: its Service must select the pods inject labels.
 func TestRender(t *testing.T) {
 	for _, values := range valuesFiles(t) {
 		t.Run(name(values), func(t *testing.T) {
 			objs := render(t, values)
-			want := map[string]int{"Deployment": len(objs.Deployments), "ConfigMap": len(objs.ConfigMaps), "Service": len(objs.Services), "Pod": len(objs.Pods)}
+			shared := stringValue(t, values, "mode") == "shared"
+			want := map[string]int{"Deployment": 1, "Service": 1, "Pod": 1}
+			if shared {
+				want = map[string]int{"Deployment": 0, "Service": 1, "Pod": 1, "PodDisruptionBudget": 0, "ServiceAccount": 0}
+			}
+			if boolValue(t, values, "webhook", "service", "enabled") {
+				want["Service"]++
+			}
+			got := map[string]int{"Deployment": len(objs.Deployments), "Service": len(objs.Services), "Pod": len(objs.Pods),
+				"PodDisruptionBudget": len(objs.PDBs), "ServiceAccount": len(objs.ServiceAccounts)}
 			for kind, n := range want {
-				if n != 1 {
-					t.Fatalf("want exactly one %s, got %d", kind, n)
+				if got[kind] != n {
+					t.Fatalf("want %d %s, got %d", n, kind, got[kind])
 				}
 			}
 			checkNames(t, objs)
 			cfg := parseConfig(t, objs)
-			d := objs.Deployments[0]
-			checkPod(t, d, objs, cfg, boolValue(t, values, "proxy", "nativeSidecar"))
-			checkSelectors(t, d, objs)
+			svc := adminService(t, objs)
+			if shared {
+				checkShared(t, objs, svc, cfg)
+			} else {
+				d := objs.Deployments[0]
+				checkPod(t, d, objs, cfg, boolValue(t, values, "proxy", "nativeSidecar"))
+				checkSelectors(t, d, objs, svc)
+			}
+			checkTestPod(t, objs, svc)
+			checkMonitoring(t, objs, svc)
+			checkWebhook(t, objs, cfg, shared)
 		})
 	}
+}
+
+// adminService is the Service in front of the admin port (the webhook
+// Service is the other one).
+func adminService(t *testing.T, objs *Objects) *corev1.Service {
+	t.Helper()
+	for _, s := range objs.Services {
+		if !strings.HasSuffix(s.Name, "-webhook") {
+			return s
+		}
+	}
+	t.Fatal("no admin Service")
+	return nil
 }
 
 type proxyConfig struct {
@@ -136,19 +167,23 @@ func checkPod(t *testing.T, d *appsv1.Deployment, objs *Objects, cfg proxyConfig
 	if got := strings.Join(proxy.Args, " "); got != "run --config /etc/dedupe-proxy/config.yaml" {
 		t.Errorf("proxy args %q", got)
 	}
+	cm, err := objs.ConfigMap()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var mounted bool
 	for _, m := range proxy.VolumeMounts {
 		if m.MountPath != "/etc/dedupe-proxy" {
 			continue
 		}
 		for _, v := range spec.Volumes {
-			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == objs.ConfigMaps[0].Name {
+			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
 				mounted = true
 			}
 		}
 	}
 	if !mounted {
-		t.Errorf("ConfigMap %s is not mounted at /etc/dedupe-proxy", objs.ConfigMaps[0].Name)
+		t.Errorf("ConfigMap %s is not mounted at /etc/dedupe-proxy", cm.Name)
 	}
 	if sum := d.Spec.Template.Annotations["checksum/config"]; !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sum) {
 		t.Errorf("checksum/config annotation %q", sum)
@@ -208,10 +243,10 @@ func checkPod(t *testing.T, d *appsv1.Deployment, objs *Objects, cfg proxyConfig
 			t.Errorf("env %s: %v", e.Name, errs)
 		}
 	}
-	// Kubernetes' service links would add DEDUPE_PROXY_* variables for a
-	// Service named dedupe-proxy*, and the proxy rejects unknown ones.
-	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
-		t.Error("enableServiceLinks must be false")
+	// The proxy ignores the variables of Service links, and turning them
+	// off would hide them from the app too: the chart leaves the default.
+	if spec.EnableServiceLinks != nil {
+		t.Errorf("enableServiceLinks is set (%v); the chart must leave Kubernetes' default", *spec.EnableServiceLinks)
 	}
 	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= cfg.shutdownTimeout {
 		t.Errorf("terminationGracePeriodSeconds %v must exceed shutdown_timeout %s", g, cfg.shutdownTimeout)
@@ -266,13 +301,12 @@ func isSecretField(env string) bool {
 	return false
 }
 
-func checkSelectors(t *testing.T, d *appsv1.Deployment, objs *Objects) {
+func checkSelectors(t *testing.T, d *appsv1.Deployment, objs *Objects, svc *corev1.Service) {
 	podLabels := labels.Set(d.Spec.Template.Labels)
 	sel := labels.SelectorFromSet(d.Spec.Selector.MatchLabels)
 	if !sel.Matches(podLabels) {
 		t.Errorf("Deployment selector %v does not match its pod labels", sel)
 	}
-	svc := objs.Services[0]
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
 		t.Errorf("Service selector %v does not match the pods", svc.Spec.Selector)
 	}
@@ -296,21 +330,15 @@ func checkSelectors(t *testing.T, d *appsv1.Deployment, objs *Objects) {
 			t.Error("PodDisruptionBudget must set exactly one of minAvailable and maxUnavailable")
 		}
 	}
-	for _, sm := range objs.ServiceMonitors {
-		if !labels.SelectorFromSet(sm.Spec.Selector.MatchLabels).Matches(labels.Set(svc.Labels)) {
-			t.Error("ServiceMonitor selector does not match the Service")
-		}
-		for _, ep := range sm.Spec.Endpoints {
-			if ep.Port != svcPort.Name || ep.Path != "/metrics" {
-				t.Errorf("ServiceMonitor scrapes port %q path %q, want %q /metrics", ep.Port, ep.Path, svcPort.Name)
-			}
-		}
-	}
+}
+
+// checkTestPod: `helm test` GETs /readyz through the admin Service.
+func checkTestPod(t *testing.T, objs *Objects, svc *corev1.Service) {
 	test := objs.Pods[0]
 	if test.Annotations["helm.sh/hook"] != "test" {
 		t.Error("the test pod is not a helm test hook")
 	}
-	url := fmt.Sprintf("http://%s:%d/readyz", svc.Name, svcPort.Port)
+	url := fmt.Sprintf("http://%s:%d/readyz", svc.Name, svc.Spec.Ports[0].Port)
 	if !strings.Contains(strings.Join(test.Spec.Containers[0].Command, " "), url) {
 		t.Errorf("the test pod does not GET %s", url)
 	}
@@ -331,6 +359,23 @@ func checkNames(t *testing.T, objs *Objects) {
 
 func boolValue(t *testing.T, values string, path ...string) bool {
 	t.Helper()
+	got, _ := value(t, values, path...).(bool)
+	return got
+}
+
+// stringValue reads a value from the values file, falling back to the
+// chart's values.yaml.
+func stringValue(t *testing.T, values string, path ...string) string {
+	t.Helper()
+	if got, ok := value(t, values, path...).(string); ok {
+		return got
+	}
+	got, _ := value(t, "", path...).(string)
+	return got
+}
+
+func value(t *testing.T, values string, path ...string) any {
+	t.Helper()
 	if values == "" {
 		values = filepath.Join(chartDir, "values.yaml")
 	}
@@ -347,8 +392,7 @@ func boolValue(t *testing.T, values string, path ...string) bool {
 		mm, _ := v.(map[string]any)
 		v = mm[p]
 	}
-	got, _ := v.(bool)
-	return got
+	return v
 }
 
 // TestStrictDecodeRejectsMistypedFields proves the check above is strict:
@@ -361,7 +405,7 @@ func TestStrictDecodeRejectsMistypedFields(t *testing.T) {
 	for _, tc := range []struct{ from, to, want string }{
 		{"readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true", `unknown field "spec.template.spec.containers[1].securityContext.readOnlyRootFileSystem"`},
 		{"  replicas: 2\n", "  replicas: two\n", "replicas"},
-		{"enableServiceLinks: false", "enableServiceLinks: false\n      restartPolicy: Always\n      restartpolicy: Always", "restartpolicy"},
+		{"automountServiceAccountToken: false\n      terminationGrace", "automountServiceAccountToken: false\n      restartPolicy: Always\n      restartpolicy: Always\n      terminationGrace", "restartpolicy"},
 		{"maxUnavailable: 1\n", "maxUnavailable: 1\n  maxUnavailable: 2\n", "maxUnavailable"},
 	} {
 		if !strings.Contains(string(out), tc.from) {
@@ -396,11 +440,64 @@ func TestRenderFailures(t *testing.T) {
 		{[]string{"--set", "credentials.sources.order.rabbitmqUrl.secretName=s", "--set", "credentials.sources.order.rabbitmqUrl.key=url"}, "no source named order"},
 		{[]string{"--set", "credentials.sources.orders.kafkaSaslPassword.secretName=s", "--set", "credentials.sources.orders.kafkaSaslPassword.key=p"}, "source orders has type rabbitmq"},
 		{[]string{"--set", "proxy.nativeSidecar=true", "--kube-version", "1.28.0"}, "needs Kubernetes 1.29"},
+		{[]string{"--set", "mode=sidecar"}, "/mode"},
+		{[]string{"--set", "enableServiceLinks=false"}, "additional properties 'enableServiceLinks' not allowed"},
+		{[]string{"--set", "mode=shared", "--set", "credentials.redisPassword.secretName=redis"}, "credentials.redisPassword: mode shared renders no pod; put the variable in a Secret named by the workloads' dedupe-proxy.io/secrets annotation"},
+		{[]string{"--set", "mode=shared", "--set", "credentials.sources.orders.rabbitmqUrl.secretName=s", "--set", "credentials.sources.orders.rabbitmqUrl.key=url"}, "mode shared renders no pod"},
+		{[]string{"--set", "webhook.service.enabled=true"}, "webhook.service.enabled: config.sources has no source of type webhook"},
+		{[]string{"--set", "webhook.ingress.enabled=true"}, "webhook.ingress.enabled needs webhook.service.enabled"},
+		{[]string{"--set", "credentials.webhookSecrets.bad-name.secretName=s", "--set", "credentials.webhookSecrets.bad-name.key=k"}, "'bad-name' does not match pattern"},
 	} {
 		_, err := Template(chartDir, "ci", "", tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+	// On the webhook example: what a webhook source's wiring must refuse.
+	webhook := filepath.Join(chartDir, "ci", "webhook-values.yaml")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "config.sources[1].webhook.listen=127.0.0.1:8088"}, `config.sources[1].webhook.listen "127.0.0.1:8088" is loopback (the proxy's default): nothing outside the pod reaches it`},
+		{[]string{"--set", "config.sources[2].webhook.listen=0.0.0.0:8088"}, "another webhook source listens on port 8088"},
+		{[]string{"--set", "credentials.webhookSecrets.GITHUB_SECRET.secretName=gh", "--set", "credentials.webhookSecrets.GITHUB_SECRET.key=k"}, "credentials.webhookSecrets.GITHUB_SECRET: no webhook source in config.sources lists env:GITHUB_SECRET in its secrets"},
+		{[]string{"--set", "config.sources[1].webhook.secrets[2]=env:STRIPE_NEXT"}, "a webhook source's secrets list env:STRIPE_NEXT, but nothing sets STRIPE_NEXT: name its Secret in credentials.webhookSecrets.STRIPE_NEXT"},
+		{[]string{"--set", "config.sources[1].webhook.target.rabbitmq.url=amqp://u:p@rabbit:5672/"}, "config.sources[1].webhook.target.rabbitmq.url holds a password; put the URL in a Secret and name it in credentials.sources.stripe.webhookRabbitmqUrl"},
+	} {
+		_, err := Template(chartDir, "ci", webhook, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestWebhookCredentials: the signing secrets and the target URL reach
+// the proxy as variables from the named Secrets.
+func TestWebhookCredentials(t *testing.T) {
+	objs := render(t, filepath.Join(chartDir, "ci", "webhook-values.yaml"))
+	proxy, _, err := Proxy(objs.Deployments[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{
+		"STRIPE_WEBHOOK_SECRET":                              {"stripe-webhook", "current"},
+		"STRIPE_WEBHOOK_SECRET_OLD":                          {"stripe-webhook", "previous"},
+		"DEDUPE_PROXY_SOURCES_1_WEBHOOK_TARGET_RABBITMQ_URL": {"payments-rabbitmq", "url"},
+		"DEDUPE_PROXY_SOURCES_2_WEBHOOK_TARGET_RABBITMQ_URL": {"payments-rabbitmq", "url"},
+	}
+	for _, e := range proxy.Env {
+		w, ok := want[e.Name]
+		if !ok {
+			continue
+		}
+		if r := e.ValueFrom; r == nil || r.SecretKeyRef == nil || r.SecretKeyRef.Name != w[0] || r.SecretKeyRef.Key != w[1] {
+			t.Errorf("%s = %+v, want Secret %s key %s", e.Name, e.ValueFrom, w[0], w[1])
+		}
+		delete(want, e.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("proxy env lacks %v", slices.Sorted(maps.Keys(want)))
 	}
 }
 

@@ -3,6 +3,7 @@ package charttest
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,9 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -60,8 +63,16 @@ type Objects struct {
 	ServiceAccounts []*corev1.ServiceAccount
 	PDBs            []*policyv1.PodDisruptionBudget
 	ServiceMonitors []*monitoringv1.ServiceMonitor
-	// Pods are the `helm test` hook pods.
+	PrometheusRules []*monitoringv1.PrometheusRule
+	Ingresses       []*networkingv1.Ingress
+	// Pods are the `helm test` hook pods (or Pods of an inject test).
 	Pods []*corev1.Pod
+	// Workloads inject handles besides Deployments and Pods.
+	StatefulSets []*appsv1.StatefulSet
+	DaemonSets   []*appsv1.DaemonSet
+	ReplicaSets  []*appsv1.ReplicaSet
+	Jobs         []*batchv1.Job
+	CronJobs     []*batchv1.CronJob
 	// All lists every object's metadata in render order.
 	All []metav1.Object
 }
@@ -95,7 +106,8 @@ func Decode(manifests []byte) (*Objects, error) {
 func stripComments(doc []byte) []byte {
 	var b bytes.Buffer
 	for _, line := range strings.Split(string(doc), "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+		// Markers alone ("---" after another, "...") make an empty document.
+		if l := strings.TrimSpace(line); !strings.HasPrefix(l, "#") && l != "---" && l != "..." {
 			b.WriteString(line + "\n")
 		}
 	}
@@ -103,9 +115,19 @@ func stripComments(doc []byte) []byte {
 }
 
 func (o *Objects) add(doc []byte) error {
-	var tm metav1.TypeMeta
+	var tm struct {
+		metav1.TypeMeta
+		Items []json.RawMessage `json:"items"`
+	}
 	if err := yaml.Unmarshal(doc, &tm); err != nil {
 		return fmt.Errorf("read apiVersion/kind: %w\n%s", err, doc)
+	}
+	if tm.APIVersion == "v1" && tm.Kind == "List" {
+		var errs []error
+		for _, it := range tm.Items {
+			errs = append(errs, o.add(it))
+		}
+		return errors.Join(errs...)
 	}
 	var obj metav1.Object
 	switch tm.APIVersion + "/" + tm.Kind {
@@ -130,6 +152,27 @@ func (o *Objects) add(doc []byte) error {
 	case "monitoring.coreos.com/v1/ServiceMonitor":
 		v := &monitoringv1.ServiceMonitor{}
 		o.ServiceMonitors, obj = append(o.ServiceMonitors, v), v
+	case "monitoring.coreos.com/v1/PrometheusRule":
+		v := &monitoringv1.PrometheusRule{}
+		o.PrometheusRules, obj = append(o.PrometheusRules, v), v
+	case "networking.k8s.io/v1/Ingress":
+		v := &networkingv1.Ingress{}
+		o.Ingresses, obj = append(o.Ingresses, v), v
+	case "apps/v1/StatefulSet":
+		v := &appsv1.StatefulSet{}
+		o.StatefulSets, obj = append(o.StatefulSets, v), v
+	case "apps/v1/DaemonSet":
+		v := &appsv1.DaemonSet{}
+		o.DaemonSets, obj = append(o.DaemonSets, v), v
+	case "apps/v1/ReplicaSet":
+		v := &appsv1.ReplicaSet{}
+		o.ReplicaSets, obj = append(o.ReplicaSets, v), v
+	case "batch/v1/Job":
+		v := &batchv1.Job{}
+		o.Jobs, obj = append(o.Jobs, v), v
+	case "batch/v1/CronJob":
+		v := &batchv1.CronJob{}
+		o.CronJobs, obj = append(o.CronJobs, v), v
 	default:
 		return fmt.Errorf("unexpected kind %s %s: add it to charttest.Decode", tm.APIVersion, tm.Kind)
 	}
@@ -157,10 +200,49 @@ func decodeStrict(doc []byte, obj any) error {
 	return errors.Join(strict...)
 }
 
+// PodTemplate is a workload's name and the pod it runs.
+type PodTemplate struct {
+	Kind, Name string
+	Meta       *metav1.ObjectMeta
+	Spec       *corev1.PodSpec
+}
+
+// PodTemplates lists the pod of every workload in the render.
+func (o *Objects) PodTemplates() []PodTemplate {
+	var out []PodTemplate
+	for _, v := range o.Deployments {
+		out = append(out, PodTemplate{"Deployment", v.Name, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec})
+	}
+	for _, v := range o.StatefulSets {
+		out = append(out, PodTemplate{"StatefulSet", v.Name, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec})
+	}
+	for _, v := range o.DaemonSets {
+		out = append(out, PodTemplate{"DaemonSet", v.Name, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec})
+	}
+	for _, v := range o.ReplicaSets {
+		out = append(out, PodTemplate{"ReplicaSet", v.Name, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec})
+	}
+	for _, v := range o.Jobs {
+		out = append(out, PodTemplate{"Job", v.Name, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec})
+	}
+	for _, v := range o.CronJobs {
+		t := &v.Spec.JobTemplate.Spec.Template
+		out = append(out, PodTemplate{"CronJob", v.Name, &t.ObjectMeta, &t.Spec})
+	}
+	for _, v := range o.Pods {
+		out = append(out, PodTemplate{"Pod", v.Name, &v.ObjectMeta, &v.Spec})
+	}
+	return out
+}
+
 // Proxy returns the dedupe-proxy container of d's pod template and whether
 // it runs as a native sidecar (in initContainers).
 func Proxy(d *appsv1.Deployment) (c *corev1.Container, native bool, err error) {
-	spec := &d.Spec.Template.Spec
+	return ProxyIn(&d.Spec.Template.Spec, "deployment "+d.Name)
+}
+
+// ProxyIn is Proxy for any pod spec; what names it in errors.
+func ProxyIn(spec *corev1.PodSpec, what string) (c *corev1.Container, native bool, err error) {
 	for i := range spec.InitContainers {
 		if spec.InitContainers[i].Name == ProxyContainerName {
 			c, native = &spec.InitContainers[i], true
@@ -175,21 +257,33 @@ func Proxy(d *appsv1.Deployment) (c *corev1.Container, native bool, err error) {
 		}
 	}
 	if c == nil {
-		return nil, false, fmt.Errorf("deployment %s has no %s container", d.Name, ProxyContainerName)
+		return nil, false, fmt.Errorf("%s has no %s container", what, ProxyContainerName)
 	}
 	return c, native, nil
 }
 
 // Config returns the proxy's config.yaml from the render's ConfigMap.
 func (o *Objects) Config() (string, error) {
-	if len(o.ConfigMaps) != 1 {
-		return "", fmt.Errorf("want 1 ConfigMap, got %d", len(o.ConfigMaps))
+	cm, err := o.ConfigMap()
+	if err != nil {
+		return "", err
 	}
-	cfg, ok := o.ConfigMaps[0].Data[ConfigKey]
-	if !ok {
-		return "", fmt.Errorf("ConfigMap %s has no %s", o.ConfigMaps[0].Name, ConfigKey)
+	return cm.Data[ConfigKey], nil
+}
+
+// ConfigMap is the render's one ConfigMap holding the proxy's config.yaml
+// (the dashboard's ConfigMap holds a .json).
+func (o *Objects) ConfigMap() (*corev1.ConfigMap, error) {
+	var found []*corev1.ConfigMap
+	for _, cm := range o.ConfigMaps {
+		if _, ok := cm.Data[ConfigKey]; ok {
+			found = append(found, cm)
+		}
 	}
-	return cfg, nil
+	if len(found) != 1 {
+		return nil, fmt.Errorf("want 1 ConfigMap with %s, got %d", ConfigKey, len(found))
+	}
+	return found[0], nil
 }
 
 // ValidationEnv is the proxy container's environment as `dedupe-proxy

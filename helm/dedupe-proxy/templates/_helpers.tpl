@@ -126,6 +126,9 @@ credentials (existing Secrets, as environment variables).
 {{- if regexMatch "^[a-z]+://[^/@]*:[^/@]*@" $url }}
 {{- fail (printf "config.sources[%d].rabbitmq.url holds a password; put the URL in a Secret and name it in credentials.sources.%s.rabbitmqUrl" $i (toString $src.name)) }}
 {{- end }}
+{{- if regexMatch "^[a-z]+://[^/@]*:[^/@]*@" (dig "webhook" "target" "rabbitmq" "url" "" $src | toString) }}
+{{- fail (printf "config.sources[%d].webhook.target.rabbitmq.url holds a password; put the URL in a Secret and name it in credentials.sources.%s.webhookRabbitmqUrl" $i (toString $src.name)) }}
+{{- end }}
 {{- if dig "kafka" "sasl" "password" "" $src }}
 {{- fail (printf "config.sources[%d].kafka.sasl.password: put it in a Secret and name it in credentials.sources.%s.kafkaSaslPassword" $i (toString $src.name)) }}
 {{- end }}
@@ -164,7 +167,7 @@ list indices as '_'), then proxy.env.
 {{- $names = append $names (toString $src.name) }}
 {{- $type := $src.type | default "rabbitmq" }}
 {{- $refs := index ($c.sources | default dict) (toString $src.name) | default dict }}
-{{- range $field, $suffix := dict "rabbitmqUrl" "RABBITMQ_URL" "kafkaSaslUsername" "KAFKA_SASL_USERNAME" "kafkaSaslPassword" "KAFKA_SASL_PASSWORD" }}
+{{- range $field, $suffix := dict "rabbitmqUrl" "RABBITMQ_URL" "kafkaSaslUsername" "KAFKA_SASL_USERNAME" "kafkaSaslPassword" "KAFKA_SASL_PASSWORD" "webhookRabbitmqUrl" "WEBHOOK_TARGET_RABBITMQ_URL" }}
 {{- $ref := index $refs $field }}
 {{- if and $ref $ref.secretName }}
 {{- if not (hasPrefix (upper $type) $suffix) }}
@@ -179,8 +182,82 @@ list indices as '_'), then proxy.env.
 {{- fail (printf "credentials.sources.%s: config.sources has no source named %s" $name $name) }}
 {{- end }}
 {{- end }}
+{{- $refs := list }}
+{{- range $src := .Values.config.sources | default list }}
+{{- if eq (toString $src.type) "webhook" }}
+{{- range $i, $ref := dig "webhook" "secrets" list $src }}
+{{- $refs = append $refs (toString $ref) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $var, $ref := $c.webhookSecrets | default dict }}
+{{- if not (has (printf "env:%s" $var) $refs) }}
+{{- fail (printf "credentials.webhookSecrets.%s: no webhook source in config.sources lists env:%s in its secrets" $var $var) }}
+{{- end }}
+{{- include "dedupe-proxy.secretEnvVar" (list $var $ref) }}
+{{- end }}
+{{- $own := list }}
+{{- range .Values.proxy.env | default list }}
+{{- $own = append $own (toString .name) }}
+{{- end }}
+{{- range $refs }}
+{{- $var := trimPrefix "env:" . }}
+{{- if and (hasPrefix "env:" .) (not (hasKey ($c.webhookSecrets | default dict) $var)) (not (has $var $own)) (not $.Values.proxy.envFrom) }}
+{{- fail (printf "a webhook source's secrets list %s, but nothing sets %s: name its Secret in credentials.webhookSecrets.%s (or set it with proxy.env / proxy.envFrom)" . $var $var) }}
+{{- end }}
+{{- end }}
 {{- with .Values.proxy.env }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The webhook sources of config.sources, as a YAML list of {index, name,
+port, path}; a listener the Service must reach cannot be loopback (nor
+the proxy's default 127.0.0.1:8088).
+*/}}
+{{- define "dedupe-proxy.webhooks" -}}
+{{- $out := list }}
+{{- $ports := list }}
+{{- range $i, $src := .Values.config.sources | default list }}
+{{- if eq (toString $src.type) "webhook" }}
+{{- $listen := dig "webhook" "listen" "127.0.0.1:8088" $src | toString }}
+{{- $port := regexFind "[0-9]+$" $listen }}
+{{- $host := trimSuffix (printf ":%s" $port) $listen }}
+{{- if or (not $port) (eq $host $listen) }}
+{{- fail (printf "config.sources[%d].webhook.listen must be host:port, got %q" $i $listen) }}
+{{- end }}
+{{- if has $host (list "127.0.0.1" "localhost" "[::1]") }}
+{{- fail (printf "config.sources[%d].webhook.listen %q is loopback (the proxy's default): nothing outside the pod reaches it; set it, e.g. 0.0.0.0:%s" $i $listen $port) }}
+{{- end }}
+{{- if has $port $ports }}
+{{- fail (printf "config.sources[%d].webhook.listen %q: another webhook source listens on port %s" $i $listen $port) }}
+{{- end }}
+{{- $ports = append $ports $port }}
+{{- $out = append $out (dict "index" $i "name" (toString $src.name) "port" (atoi $port) "path" (dig "webhook" "path" "/webhook" $src)) }}
+{{- end }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/*
+In mode shared the chart renders no pod: a value that only configures the
+chart's own pod would silently do nothing, so it fails the render.
+*/}}
+{{- define "dedupe-proxy.checkMode" -}}
+{{- if not (has .Values.mode (list "deployment" "shared")) }}
+{{- fail (printf "mode must be deployment or shared, got %q" .Values.mode) }}
+{{- end }}
+{{- if eq .Values.mode "shared" }}
+{{- $c := .Values.credentials }}
+{{- range $field := list "redisPassword" "redisUsername" "adminToken" "appUrl" "appHealthUrl" }}
+{{- if dig $field "secretName" "" $c }}
+{{- fail (printf "credentials.%s: mode shared renders no pod; put the variable in a Secret named by the workloads' dedupe-proxy.io/secrets annotation" $field) }}
+{{- end }}
+{{- end }}
+{{- if or $c.sources $c.webhookSecrets }}
+{{- fail "credentials.sources / credentials.webhookSecrets: mode shared renders no pod; put the variables in a Secret named by the workloads' dedupe-proxy.io/secrets annotation" }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -200,6 +277,11 @@ initContainers with restartPolicy: Always.
     - name: proxy-admin
       containerPort: {{ include "dedupe-proxy.adminPort" . }}
       protocol: TCP
+    {{- range include "dedupe-proxy.webhooks" . | fromYamlArray }}
+    - name: webhook-{{ .index }}
+      containerPort: {{ .port }}
+      protocol: TCP
+    {{- end }}
   {{- $env := include "dedupe-proxy.proxyEnv" . | trim }}
   {{- if $env }}
   env:

@@ -1,0 +1,265 @@
+package charttest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// The tests of `dedupe-proxy inject` that need the Kubernetes types: the
+// golden manifests of internal/inject decoded strictly, the sidecar
+// compared with the chart's, and inject as a Helm post-renderer.
+
+const injectGoldens = "../../internal/inject/testdata"
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string // the temporary build directory, removed by TestMain
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// proxyBin is $DEDUPE_PROXY_BIN (helm/check.sh passes bin/dedupe-proxy),
+// else the command built once into a temporary directory.
+func proxyBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if p := os.Getenv("DEDUPE_PROXY_BIN"); p != "" {
+			binPath, binErr = filepath.Abs(p)
+			return
+		}
+		dir, err := os.MkdirTemp("", "charttest-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binDir, binPath = dir, filepath.Join(dir, "dedupe-proxy")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/dedupe-proxy")
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/dedupe-proxy: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func runInject(t *testing.T, in []byte, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(proxyBin(t), append([]string{"inject", "-q"}, args...)...)
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dedupe-proxy inject: %v\n%s", err, stderr.String())
+	}
+	return out
+}
+
+// TestInjectGoldensDecodeStrictly: every golden output of inject decodes
+// strictly into the Kubernetes types, and every workload that asked for
+// the sidecar has exactly one, wired as the chart wires it.
+func TestInjectGoldensDecodeStrictly(t *testing.T) {
+	outs, _ := filepath.Glob(filepath.Join(injectGoldens, "*.out.yaml"))
+	if len(outs) < 9 {
+		t.Fatalf("want the golden outputs of every kind in %s, found %d", injectGoldens, len(outs))
+	}
+	kinds := map[string]bool{}
+	for _, f := range outs {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := Decode(b)
+			if err != nil {
+				t.Fatalf("strict decode: %v", err)
+			}
+			for _, pt := range objs.PodTemplates() {
+				if pt.Meta.Annotations["dedupe-proxy.io/inject"] != "true" {
+					if _, _, err := ProxyIn(pt.Spec, pt.Name); err == nil {
+						t.Errorf("%s %s did not ask for the sidecar but has one", pt.Kind, pt.Name)
+					}
+					continue
+				}
+				kinds[pt.Kind] = true
+				checkInjected(t, pt)
+			}
+		})
+	}
+	for _, k := range []string{"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod"} {
+		if !kinds[k] {
+			t.Errorf("no golden injects a %s", k)
+		}
+	}
+}
+
+func checkInjected(t *testing.T, pt PodTemplate) {
+	t.Helper()
+	proxy, native, err := ProxyIn(pt.Spec, pt.Kind+" "+pt.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNative := pt.Meta.Annotations["dedupe-proxy.io/native-sidecar"] == "true" || pt.Kind == "Job" || pt.Kind == "CronJob"
+	if native != wantNative {
+		t.Errorf("%s %s: native sidecar %v, want %v", pt.Kind, pt.Name, native, wantNative)
+	}
+	if native && (proxy.RestartPolicy == nil || *proxy.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+		t.Errorf("%s %s: native sidecar without restartPolicy: Always", pt.Kind, pt.Name)
+	}
+	cm := pt.Meta.Annotations["dedupe-proxy.io/config"]
+	if pt.Meta.Labels[injectLabel] != cm {
+		t.Errorf("%s %s: label %s=%q, want %q", pt.Kind, pt.Name, injectLabel, pt.Meta.Labels[injectLabel], cm)
+	}
+	var vol *corev1.Volume
+	for i := range pt.Spec.Volumes {
+		if pt.Spec.Volumes[i].Name == "dedupe-proxy-config" {
+			if vol != nil {
+				t.Errorf("%s %s: volume dedupe-proxy-config twice", pt.Kind, pt.Name)
+			}
+			vol = &pt.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != cm {
+		t.Errorf("%s %s: ConfigMap %s is not a volume", pt.Kind, pt.Name, cm)
+	}
+	if g := pt.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
+		t.Errorf("%s %s: terminationGracePeriodSeconds %v, want above the proxy's 30s shutdown_timeout", pt.Kind, pt.Name, g)
+	}
+	names := map[string]bool{}
+	for _, c := range slices.Concat(pt.Spec.InitContainers, pt.Spec.Containers) {
+		if names[c.Name] {
+			t.Errorf("%s %s: container %s twice", pt.Kind, pt.Name, c.Name)
+		}
+		names[c.Name] = true
+	}
+	if len(pt.Spec.Containers) == 0 || pt.Spec.Containers[0].Name == ProxyContainerName && len(pt.Spec.Containers) == 1 {
+		t.Errorf("%s %s: no app container", pt.Kind, pt.Name)
+	}
+	if proxy.LivenessProbe == nil || proxy.LivenessProbe.HTTPGet.Path != "/healthz" ||
+		proxy.ReadinessProbe == nil || proxy.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("%s %s: probes are not /healthz and /readyz", pt.Kind, pt.Name)
+	}
+}
+
+// TestInjectMatchesChart keeps one source of truth: the container inject
+// adds is the chart's sidecar, field for field (image, args, ports,
+// probes, resources, securityContext, mounts), regular and native.
+func TestInjectMatchesChart(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		objs := render(t, "", "--set", "proxy.nativeSidecar="+map[bool]string{false: "false", true: "true"}[native])
+		chart, _, err := Proxy(objs.Deployments[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, err := objs.ConfigMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ann := "dedupe-proxy.io/inject: \"true\"\n        dedupe-proxy.io/config: " + cm.Name
+		if native {
+			ann += "\n        dedupe-proxy.io/native-sidecar: \"true\""
+		}
+		in := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app}
+spec:
+  selector: {matchLabels: {app: a}}
+  template:
+    metadata:
+      labels: {app: a}
+      annotations:
+        ` + ann + `
+    spec:
+      containers: [{name: app, image: "app:1"}]
+`
+		injected, err := Decode(runInject(t, []byte(in)))
+		if err != nil {
+			t.Fatalf("strict decode: %v", err)
+		}
+		got, gotNative, err := Proxy(injected.Deployments[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotNative != native {
+			t.Errorf("native %v: inject put the sidecar in initContainers = %v", native, gotNative)
+		}
+		if !reflect.DeepEqual(got, chart) {
+			t.Errorf("native %v: inject's sidecar differs from the chart's:\ninject: %+v\nchart:  %+v", native, *got, *chart)
+		}
+		if v := injected.Deployments[0].Spec.Template.Spec.Volumes; len(v) != 1 || !reflect.DeepEqual(v[0], objs.Deployments[0].Spec.Template.Spec.Volumes[0]) {
+			t.Errorf("inject's volume %+v differs from the chart's %+v", v, objs.Deployments[0].Spec.Template.Spec.Volumes)
+		}
+	}
+}
+
+// TestPostRenderer: a chart that knows nothing of dedupe-proxy but two
+// annotations, rendered with inject as Helm's post-renderer. The
+// annotated Deployment and CronJob get the sidecar, the rest comes out as
+// rendered, and a dedupe-proxy release in mode shared selects the
+// injected pods with its metrics Service.
+func TestPostRenderer(t *testing.T) {
+	plain, err := Template("testdata/app-chart", "orders", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Template("testdata/app-chart", "orders", "", "--post-renderer", proxyBin(t), "--post-renderer-args", "inject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(out)
+	if err != nil {
+		t.Fatalf("strict decode: %v", err)
+	}
+	sharedObjs, err := Template(chartDir, "orders", "", "--set", "mode=shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := Decode(sharedObjs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := adminService(t, sh)
+	injected := map[string]bool{}
+	for _, pt := range objs.PodTemplates() {
+		want := pt.Name == "orders-worker" || pt.Name == "orders-nightly"
+		_, _, err := ProxyIn(pt.Spec, pt.Name)
+		if (err == nil) != want {
+			t.Errorf("%s %s: sidecar %v, want %v", pt.Kind, pt.Name, err == nil, want)
+		}
+		if want {
+			checkInjected(t, pt)
+			injected[pt.Name] = labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pt.Meta.Labels))
+		}
+	}
+	if !injected["orders-worker"] || !injected["orders-nightly"] {
+		t.Errorf("the shared release's Service %s (selector %v) does not select the injected pods: %v", svc.Name, svc.Spec.Selector, injected)
+	}
+	// The documents nobody annotated come out byte for byte.
+	for _, doc := range strings.Split(string(plain), "\n---\n") {
+		if strings.Contains(doc, "orders-web") && !strings.Contains(string(out), doc) {
+			t.Errorf("not-annotated document changed:\n%s", doc)
+		}
+	}
+}

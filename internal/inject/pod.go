@@ -1,0 +1,318 @@
+package inject
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The sidecar in the field order of the chart's template, so a diff
+// between a chart render and an injected manifest stays readable.
+type container struct {
+	Name            string          `yaml:"name"`
+	Image           string          `yaml:"image"`
+	ImagePullPolicy string          `yaml:"imagePullPolicy"`
+	RestartPolicy   string          `yaml:"restartPolicy,omitempty"`
+	Args            []string        `yaml:"args,flow"`
+	Ports           []port          `yaml:"ports"`
+	Env             *yaml.Node      `yaml:"env,omitempty"`
+	EnvFrom         []envFrom       `yaml:"envFrom,omitempty"`
+	LivenessProbe   probe           `yaml:"livenessProbe"`
+	ReadinessProbe  probe           `yaml:"readinessProbe"`
+	Resources       resources       `yaml:"resources"`
+	SecurityContext securityContext `yaml:"securityContext"`
+	VolumeMounts    []volumeMount   `yaml:"volumeMounts"`
+}
+
+type port struct {
+	Name          string `yaml:"name"`
+	ContainerPort int    `yaml:"containerPort"`
+	Protocol      string `yaml:"protocol"`
+}
+
+type envFrom struct {
+	SecretRef struct {
+		Name string `yaml:"name"`
+	} `yaml:"secretRef"`
+}
+
+type probe struct {
+	HTTPGet struct {
+		Path string `yaml:"path"`
+		Port string `yaml:"port"`
+	} `yaml:"httpGet"`
+	InitialDelaySeconds int `yaml:"initialDelaySeconds"`
+	PeriodSeconds       int `yaml:"periodSeconds"`
+	TimeoutSeconds      int `yaml:"timeoutSeconds"`
+	FailureThreshold    int `yaml:"failureThreshold"`
+}
+
+type resources struct {
+	Requests struct {
+		CPU    string `yaml:"cpu"`
+		Memory string `yaml:"memory"`
+	} `yaml:"requests"`
+	Limits struct {
+		Memory string `yaml:"memory"`
+	} `yaml:"limits"`
+}
+
+type securityContext struct {
+	RunAsNonRoot             bool `yaml:"runAsNonRoot"`
+	RunAsUser                int  `yaml:"runAsUser"`
+	RunAsGroup               int  `yaml:"runAsGroup"`
+	ReadOnlyRootFilesystem   bool `yaml:"readOnlyRootFilesystem"`
+	AllowPrivilegeEscalation bool `yaml:"allowPrivilegeEscalation"`
+	Capabilities             struct {
+		Drop []string `yaml:"drop,flow"`
+	} `yaml:"capabilities"`
+	SeccompProfile struct {
+		Type string `yaml:"type"`
+	} `yaml:"seccompProfile"`
+}
+
+type volumeMount struct {
+	Name      string `yaml:"name"`
+	MountPath string `yaml:"mountPath"`
+	ReadOnly  bool   `yaml:"readOnly"`
+}
+
+type volume struct {
+	Name      string `yaml:"name"`
+	ConfigMap struct {
+		Name  string    `yaml:"name"`
+		Items []keyPath `yaml:"items,omitempty"`
+	} `yaml:"configMap"`
+}
+
+type keyPath struct {
+	Key  string `yaml:"key"`
+	Path string `yaml:"path"`
+}
+
+// sidecar builds the container: probes on /healthz and /readyz with the
+// chart's timings, its resources and its hardened securityContext (the
+// distroless image's nonroot user, read-only root, no capabilities).
+func sidecar(p params, env *yaml.Node) container {
+	c := container{
+		Name:            ContainerName,
+		Image:           p.image,
+		ImagePullPolicy: "IfNotPresent",
+		Args:            []string{"run", "--config", MountPath + "/" + ConfigFile},
+		Ports:           []port{{Name: AdminPortName, ContainerPort: p.adminPort, Protocol: "TCP"}},
+		Env:             env,
+		VolumeMounts:    []volumeMount{{Name: VolumeName, MountPath: MountPath, ReadOnly: true}},
+	}
+	if p.native {
+		c.RestartPolicy = "Always"
+	}
+	for _, s := range p.secrets {
+		var e envFrom
+		e.SecretRef.Name = s
+		c.EnvFrom = append(c.EnvFrom, e)
+	}
+	c.LivenessProbe = probe{InitialDelaySeconds: 5, PeriodSeconds: 10, TimeoutSeconds: 2, FailureThreshold: 3}
+	c.LivenessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Port = "/healthz", AdminPortName
+	// /readyz gives up on its own checks after 2s.
+	c.ReadinessProbe = probe{InitialDelaySeconds: 2, PeriodSeconds: 5, TimeoutSeconds: 3, FailureThreshold: 3}
+	c.ReadinessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Port = "/readyz", AdminPortName
+	c.Resources.Requests.CPU, c.Resources.Requests.Memory = p.cpuReq, p.memReq
+	// No CPU limit: throttling only adds latency.
+	c.Resources.Limits.Memory = p.memLimit
+	c.SecurityContext = securityContext{RunAsNonRoot: true, RunAsUser: 65532, RunAsGroup: 65532,
+		ReadOnlyRootFilesystem: true, AllowPrivilegeEscalation: false}
+	c.SecurityContext.Capabilities.Drop = []string{"ALL"}
+	c.SecurityContext.SeccompProfile.Type = "RuntimeDefault"
+	return c
+}
+
+// apply puts the sidecar, its volume, the label and the annotations into
+// the pod. An existing dedupe-proxy container is replaced where it is
+// (its env, which annotations cannot express, is kept), so a second run
+// changes nothing.
+func (s *stream) apply(obj, meta, spec *yaml.Node, p params) error {
+	containers := seq(spec, "containers")
+	inits := get(spec, "initContainers")
+	var oldEnv *yaml.Node
+	oldAt, oldIn := -1, ""
+	for _, list := range []struct {
+		name string
+		n    *yaml.Node
+	}{{"containers", containers}, {"initContainers", inits}} {
+		if list.n == nil {
+			continue
+		}
+		for i := 0; i < len(list.n.Content); i++ {
+			c := list.n.Content[i]
+			if str(c, "name") != ContainerName {
+				if err := checkPorts(c, p.adminPort); err != nil {
+					return err
+				}
+				continue
+			}
+			if oldIn != "" {
+				return fmt.Errorf("two containers named %s", ContainerName)
+			}
+			oldEnv, oldAt, oldIn = get(c, "env"), i, list.name
+			list.n.Content = append(list.n.Content[:i], list.n.Content[i+1:]...)
+			i--
+		}
+	}
+	var node yaml.Node
+	if err := node.Encode(sidecar(p, oldEnv)); err != nil {
+		return err
+	}
+	target, into := containers, "containers"
+	if p.native {
+		inits = seq(spec, "initContainers")
+		target, into = inits, "initContainers"
+	}
+	// A new native sidecar goes last among the init containers: it starts
+	// after them (migrations need no proxy) and before the app.
+	at := len(target.Content)
+	if oldIn == into && oldAt <= at {
+		at = oldAt
+	}
+	target.Style &^= yaml.FlowStyle
+	target.Content = append(target.Content[:at], append([]*yaml.Node{&node}, target.Content[at:]...)...)
+	if inits != nil && len(inits.Content) == 0 {
+		del(spec, "initContainers")
+	}
+	if len(containers.Content) == 0 {
+		return fmt.Errorf("pod spec has no containers besides %s", ContainerName)
+	}
+
+	var vol volume
+	vol.Name = VolumeName
+	vol.ConfigMap.Name = p.configMap
+	if p.configKey != ConfigFile {
+		vol.ConfigMap.Items = []keyPath{{Key: p.configKey, Path: ConfigFile}}
+	}
+	var vnode yaml.Node
+	if err := vnode.Encode(vol); err != nil {
+		return err
+	}
+	volumes := seq(spec, "volumes")
+	volumes.Style &^= yaml.FlowStyle
+	replaced := false
+	for i, v := range volumes.Content {
+		if str(v, "name") == VolumeName {
+			volumes.Content[i], replaced = &vnode, true
+		}
+	}
+	if !replaced {
+		volumes.Content = append(volumes.Content, &vnode)
+	}
+	if get(spec, "terminationGracePeriodSeconds") == nil {
+		set(spec, "terminationGracePeriodSeconds", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(DefaultGracePeriod)})
+	}
+
+	if !labelValueRE.MatchString(p.configMap) {
+		return fmt.Errorf("annotation %s: %q cannot be a label value", AnnotationConfig, p.configMap)
+	}
+	set(mapping(meta, "labels"), LabelConfig, strNode(p.configMap))
+	if p.checksum != "" {
+		set(mapping(meta, "annotations"), AnnotationConfigChecksum, strNode(p.checksum))
+	}
+	return nil
+}
+
+// checkPorts refuses an app container that uses the admin port: the
+// containers of a pod share one network namespace.
+func checkPorts(c *yaml.Node, admin int) error {
+	for _, pn := range seqItems(get(c, "ports")) {
+		if str(pn, "containerPort") == strconv.Itoa(admin) {
+			return fmt.Errorf("container %s uses port %d, the proxy's admin port; set annotation %s to another port (and admin.listen to match)", str(c, "name"), admin, AnnotationAdminPort)
+		}
+		if str(pn, "name") == AdminPortName {
+			return fmt.Errorf("container %s has a port named %s, the name the proxy's probes use", str(c, "name"), AdminPortName)
+		}
+	}
+	return nil
+}
+
+// Node helpers: mappings are key/value pairs in Content.
+
+func get(n *yaml.Node, path ...string) *yaml.Node {
+	for _, k := range path {
+		if n == nil {
+			return nil
+		}
+		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+			n = n.Content[0]
+		}
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				next = n.Content[i+1]
+			}
+		}
+		n = next
+	}
+	return n
+}
+
+func str(n *yaml.Node, path ...string) string {
+	v := get(n, path...)
+	if v == nil || v.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return v.Value
+}
+
+func strNode(v string) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v}
+}
+
+func set(m *yaml.Node, key string, v *yaml.Node) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content[i+1] = v
+			return
+		}
+	}
+	m.Content = append(m.Content, strNode(key), v)
+}
+
+func del(m *yaml.Node, key string) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content = append(m.Content[:i], m.Content[i+2:]...)
+			return
+		}
+	}
+}
+
+// mapping returns m[key], made an empty mapping when absent or null.
+func mapping(m *yaml.Node, key string) *yaml.Node {
+	v := get(m, key)
+	if v == nil || v.Kind != yaml.MappingNode {
+		v = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		set(m, key, v)
+	}
+	return v
+}
+
+// seq returns m[key], made an empty sequence when absent or null.
+func seq(m *yaml.Node, key string) *yaml.Node {
+	v := get(m, key)
+	if v == nil || v.Kind != yaml.SequenceNode {
+		v = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		set(m, key, v)
+	}
+	return v
+}
+
+func seqItems(n *yaml.Node) []*yaml.Node {
+	if n == nil || n.Kind != yaml.SequenceNode {
+		return nil
+	}
+	return n.Content
+}
+
+func sortStrings(s []string) { sort.Strings(s) }
