@@ -69,7 +69,11 @@ function parseOrder(body) {
 // transaction, then inserts nothing.
 async function placeOrder(key, { customerId, amountCents }) {
   const client = await pool.connect();
+  // A checked-out client whose connection drops emits 'error' besides
+  // failing its query; unheard, that event would crash the process.
   let broken;
+  const onError = (err) => { broken = err; };
+  client.on('error', onError);
   try {
     await client.query('BEGIN');
     const rec = await client.query(
@@ -92,6 +96,7 @@ async function placeOrder(key, { customerId, amountCents }) {
     await client.query('ROLLBACK').catch(() => {});
     throw err;
   } finally {
+    client.off('error', onError);
     // A connection that failed mid-transaction is closed, not reused.
     client.release(broken);
   }

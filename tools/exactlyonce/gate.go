@@ -51,6 +51,11 @@ func (g *gate) close() { _ = g.srv.Close() }
 // arm makes the next 2xx kill the replica; the moment comes out of
 // killed.
 func (g *gate) arm() {
+	// A kill that raced the previous disarm must not stand for this one.
+	select {
+	case <-g.killed:
+	default:
+	}
 	g.mu.Lock()
 	g.armed = true
 	g.mu.Unlock()
