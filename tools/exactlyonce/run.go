@@ -202,10 +202,11 @@ sources:
 		if pubDone && res.kills >= o.minKills {
 			break
 		}
+		// Each replica in turn; two aimed kills, then two at random.
 		i := n % 2
 		r, g := reps[i], gates[i]
 		killedAt := time.Now()
-		aimed := n%2 == 0
+		aimed := (n/2)%2 == 0
 		if aimed {
 			g.arm()
 			select {
