@@ -47,10 +47,12 @@ func main() {
 	}
 
 	srv := &http.Server{Addr: addr, Handler: newMux(pool), ReadHeaderTimeout: 5 * time.Second}
+	drained := make(chan struct{})
 	go func() {
+		defer close(drained)
 		<-ctx.Done()
-		// Let requests in flight commit or roll back before exiting: the
-		// proxy retries whatever gets no answer.
+		// Let requests in flight commit or roll back and answer before
+		// exiting: the proxy retries whatever gets no answer.
 		shutdown, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
@@ -59,6 +61,8 @@ func main() {
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Fatal(err)
 	}
+	// ListenAndServe returns as soon as Shutdown begins; wait for it to end.
+	<-drained
 }
 
 func getenv(name, def string) string {
