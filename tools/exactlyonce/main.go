@@ -114,6 +114,7 @@ func report(rs []result) error {
 	row("keys with 0 rows (lost)", func(r result) string { return d(r.lost) })
 	row("keys with exactly 1 row", func(r result) string { return d(r.once) })
 	row("keys with more than 1 row", func(r result) string { return d(r.more) })
+	row("  of them not caught in the window at a kill", func(r result) string { return d(r.moreOutsideWindow) })
 	row("order rows", func(r result) string { return fmt.Sprint(r.rows) })
 	row("balances: booked minus owed (cents)", func(r result) string {
 		return fmt.Sprintf("%+d", r.booked-r.expectedCents)
@@ -150,6 +151,9 @@ func report(rs []result) error {
 		switch {
 		case n.more > 0:
 			naive = fmt.Sprintf("; the naive app has 2+ rows for %d keys (%+d cents booked too much)", n.more, n.booked-n.expectedCents)
+			if n.moreOutsideWindow > 0 {
+				naive += fmt.Sprintf(", %d of them not seen in the window 300 ms after a kill (a request past app.timeout, or a commit later than that)", n.moreOutsideWindow)
+			}
 		case n.windowKeys == 0:
 			naive = "; the naive app was lucky: no kill caught a key between the app's 2xx and the proxy's record, so it shows no double rows this time"
 		default:

@@ -26,7 +26,7 @@ type result struct {
 	killsInWindow         int
 	windowKeys            int
 	lost, once, more      int
-	maxRows               int
+	moreOutsideWindow     int // keys with 2+ rows that no kill caught in the window
 	rows                  int64
 	rowsPerKey            [][2]int64 // (rows, keys), from the database
 	expectedCents, booked int64
@@ -279,7 +279,9 @@ sources:
 			res.once++
 		default:
 			res.more++
-			res.maxRows = max(res.maxRows, n)
+			if !window[k] {
+				res.moreOutsideWindow++
+			}
 		}
 	}
 	for k := range c {
