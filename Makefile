@@ -6,7 +6,7 @@ BIN := bin/dedupe-proxy
 # The whole suite against the local RabbitMQ and Redis; the README's test command.
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: help build test demo demo-webhook demo-embedded check vet fmt-check chaos redis-failover clean
+.PHONY: help build test demo demo-webhook demo-embedded demo-exactly-once check vet fmt-check chaos redis-failover clean
 # The demo's parts: auto uses the local RabbitMQ and Redis when both answer
 # and otherwise an in-process Kafka and Redis; EMBEDDED=1 asks for those.
 BROKER ?= auto
@@ -36,15 +36,21 @@ demo-webhook: build ## Demo: signed webhooks (30% redeliveries, some concurrent)
 demo-embedded: build ## The demo on an in-process Kafka and Redis only, whatever runs locally (part of check)
 	go run ./tools/demo --proxy $(BIN) --broker kafka --seenset embedded $(DEMO_FLAGS)
 
+# Extra flags for tools/exactlyonce, e.g. EXACTLY_ONCE_FLAGS='-messages 20000 -keep'.
+EXACTLY_ONCE_FLAGS ?=
+demo-exactly-once: build ## Go example + PostgreSQL behind 2 proxies under SIGKILLs: rows per key, vs a naive app (~1 min; RabbitMQ, Redis, PostgreSQL)
+	go build -o bin/example-orders ./examples/go
+	go run ./tools/exactlyonce --proxy $(BIN) --app bin/example-orders $(EXACTLY_ONCE_FLAGS)
+
 vet: ## go vet
 	go vet ./...
 
 fmt-check: ## Fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-check: ## Everything CI runs: gofmt, vet, tests, the embedded demo, the chaos suite, the chart checks; the tree must not change
+check: ## Everything CI runs: gofmt, vet, tests, the embedded and exactly-once demos, the chaos and Redis failover suites, the chart checks; the tree must not change
 	@before=$$(git status --porcelain); \
-	$(MAKE) --no-print-directory fmt-check vet test demo-embedded chaos chart-check || exit 1; \
+	$(MAKE) --no-print-directory fmt-check vet test demo-embedded demo-exactly-once chaos redis-failover chart-check || exit 1; \
 	after=$$(git status --porcelain); \
 	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 
