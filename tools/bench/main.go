@@ -34,7 +34,7 @@
 //
 // Under the table it shows where the machine's CPU went during each
 // drain (the consumer, Redis, RabbitMQ, this process, everything else),
-// then the ratios against the targets of issue 7.
+// then the project's targets with their verdicts (ok or MISS).
 //
 // Then the Kafka failover section (failover.go): how long partitions
 // stall when one of two proxies is stopped, killed, or killed in a burst;
@@ -64,6 +64,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // options are the flags of the benchmark itself.
 type options struct {
 	proxy      string
+	baseline   string
 	n          int
 	rate       int
 	paced      time.Duration
@@ -110,6 +111,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.proxy, "proxy", "bin/dedupe-proxy", "the dedupe-proxy binary (make build)")
+	fs.StringVar(&o.baseline, "baseline", "", "another dedupe-proxy binary (e.g. an older build): run (c) with it too, right after (c), and compare")
 	fs.IntVar(&o.n, "n", 50000, "backlog messages drained per row (msgs/s, CPU, Redis per message)")
 	fs.IntVar(&o.rate, "rate", 1000, "publish rate of the latency phase, msgs/s, the same for every row")
 	fs.DurationVar(&o.paced, "paced", 5*time.Second, "duration of the latency phase")
@@ -160,6 +162,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.n -= o.n % 2 // (d) is exactly half duplicates
 	if _, err := os.Stat(o.proxy); err != nil {
 		fmt.Fprintf(stderr, "bench: proxy binary %s not found: run make build (make bench does it)\n", o.proxy)
+		return 2
+	}
+	if _, err := os.Stat(o.baseline); o.baseline != "" && err != nil {
+		fmt.Fprintf(stderr, "bench: -baseline binary %s not found\n", o.baseline)
 		return 2
 	}
 
