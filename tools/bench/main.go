@@ -36,9 +36,14 @@
 // drain (the consumer, Redis, RabbitMQ, this process, everything else),
 // then the project's targets with their verdicts (ok or MISS).
 //
+// Then the webhook rows (webhook.go): requests/s and latency to the 2xx
+// of the proxy's webhook source in enqueue mode against a bare handler
+// that verifies and publishes with confirms; -only webhook runs them
+// alone.
+//
 // Then the Kafka failover section (failover.go): how long partitions
 // stall when one of two proxies is stopped, killed, or killed in a burst;
-// -only failover runs it alone, -only rows skips it.
+// -only failover runs it alone, -only rows and -only webhook skip it.
 //
 // Machines are shared and noisy: compare the ratios printed under the
 // table, which come from one run, not absolute numbers across runs. A
@@ -84,9 +89,12 @@ type options struct {
 	profileFor time.Duration
 	timeout    time.Duration
 	verbose    bool
-	// only picks one part of the benchmark: "" (all), "rows" or
-	// "failover".
+	// only picks one part of the benchmark: "" (all), "rows",
+	// "webhook" or "failover".
 	only string
+	// The webhook rows: burst size and concurrent senders.
+	whN       int
+	whSenders int
 	// The Kafka failover section: publish rate and the proxies' group
 	// timing and lease (0: the proxy's defaults).
 	foRate      int
@@ -105,6 +113,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case cmdBareConsumer, cmdBareForwarder:
 			// Hidden: the bare rows' child processes.
 			return runBare(args[0], args[1:], stderr)
+		case cmdBareWebhook:
+			return runBareWebhook(args[1:], stderr)
 		}
 	}
 	var o options
@@ -131,7 +141,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.profileFor, "profile-time", 4*time.Second, "CPU profile duration of the -profile runs")
 	fs.DurationVar(&o.timeout, "row-timeout", 90*time.Second, "give up on a row's drain after this long")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
-	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table) or failover (the Kafka failover section)")
+	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table), webhook (the webhook rows) or failover (the Kafka failover section)")
+	fs.IntVar(&o.whN, "webhook-n", 10000, "webhook rows: requests in the burst")
+	fs.IntVar(&o.whSenders, "webhook-senders", 32, "webhook rows: concurrent senders in the burst")
 	fs.StringVar(&o.foWhich, "failover", "abc", "failover section: the scenarios to run, (a) SIGTERM, (b) SIGKILL, (c) a burst of SIGKILLs")
 	fs.DurationVar(&o.foWindow, "failover-window", 0, "failover section: the longest wait after the last signal for every partition to flow (0: session_timeout + rebalance_timeout + 5s)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the configs and child logs (their directory is printed to stderr)")
@@ -155,8 +167,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench: -kafka-ordering partition|key, -seenset redis|memory, -max-in-flight ≥ 1, -app-delay ≥ 0")
 		return 2
 	}
-	if o.only != "" && o.only != "rows" && o.only != "failover" || o.foRate < 1 {
-		fmt.Fprintln(stderr, "bench: -only rows|failover, -failover-rate ≥ 1")
+	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 {
+		fmt.Fprintln(stderr, "bench: -only rows|webhook|failover, -failover-rate, -webhook-n, -webhook-senders ≥ 1")
 		return 2
 	}
 	o.n -= o.n % 2 // (d) is exactly half duplicates
@@ -184,7 +196,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	rep := &report{o: o, machine: b.machine(ctx)}
 	brokers := strings.Split(o.brokers, ",")
-	if o.only == "failover" {
+	if o.only == "failover" || o.only == "webhook" {
 		brokers = nil
 	}
 	for _, name := range brokers {
@@ -203,7 +215,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if o.only != "rows" && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
+	if (o.only == "" || o.only == "webhook") && slices.Contains(strings.Split(o.brokers, ","), "rabbitmq") && ctx.Err() == nil {
+		rep.webhook = b.measureWebhook(ctx)
+	}
+	if (o.only == "" || o.only == "failover") && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
 		rep.failover = b.measureFailover(ctx)
 	}
 	if o.profileDir != "" && ctx.Err() == nil {

@@ -18,6 +18,7 @@ type report struct {
 	machine  []string
 	sections []*section
 	failover *failoverSection
+	webhook  *webhookSection
 	profiles []string
 }
 
@@ -109,6 +110,9 @@ func (r *report) failed() bool {
 			}
 		}
 	}
+	if r.webhook != nil && r.webhook.failed() {
+		return true
+	}
 	if r.failover != nil {
 		for _, row := range r.failover.rows {
 			if row.err != nil {
@@ -133,6 +137,9 @@ func (r *report) print(w io.Writer) {
 			continue
 		}
 		r.printRatios(w, s)
+	}
+	if r.webhook != nil {
+		r.webhook.print(w, r.o)
 	}
 	if r.failover != nil {
 		r.failover.print(w)
