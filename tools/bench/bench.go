@@ -144,6 +144,51 @@ type row struct {
 	bound       int
 	appGot      int64 // requests the app received (forwarding rows)
 	appWant     int64
+	// proxy, at the fixed rate: where the time went.
+	phase *phaseTimes
+}
+
+// phaseTimes are the proxy's own timings over the paced phase, from its
+// histograms and the Go runtime's GC summary.
+type phaseTimes struct {
+	claims, commits, forwards  float64       // counts
+	claimMean, commitMean      time.Duration // seen-set round trip as the pipeline waits for it
+	forwardMean                time.Duration // POST → answer read
+	claimsOver1ms, claimsOver5 float64       // share of claims slower than 1 ms and 5 ms
+	gcCycles                   float64
+	gcPause                    time.Duration // stop-the-world total
+	msgs                       int
+}
+
+var phaseMetrics = []string{"dedupe_proxy_seenset_duration_seconds", "dedupe_proxy_forward_duration_seconds_sum",
+	"dedupe_proxy_forward_duration_seconds_count", "go_gc_duration_seconds_sum", "go_gc_duration_seconds_count"}
+
+func newPhaseTimes(a, z map[string]float64, msgs int) *phaseTimes {
+	d := func(k string) float64 { return z[k] - a[k] }
+	sec := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+	pt := &phaseTimes{msgs: msgs}
+	pt.claims = d(`dedupe_proxy_seenset_duration_seconds_count{op="claim"}`)
+	pt.commits = d(`dedupe_proxy_seenset_duration_seconds_count{op="commit"}`)
+	if pt.claims > 0 {
+		pt.claimMean = sec(d(`dedupe_proxy_seenset_duration_seconds_sum{op="claim"}`) / pt.claims)
+		pt.claimsOver1ms = 1 - d(`dedupe_proxy_seenset_duration_seconds_bucket{op="claim",le="0.001"}`)/pt.claims
+		pt.claimsOver5 = 1 - d(`dedupe_proxy_seenset_duration_seconds_bucket{op="claim",le="0.005"}`)/pt.claims
+	}
+	if pt.commits > 0 {
+		pt.commitMean = sec(d(`dedupe_proxy_seenset_duration_seconds_sum{op="commit"}`) / pt.commits)
+	}
+	for k := range z {
+		if strings.HasPrefix(k, "dedupe_proxy_forward_duration_seconds_count") {
+			pt.forwards += d(k)
+			pt.forwardMean += sec(d(strings.Replace(k, "_count", "_sum", 1)))
+		}
+	}
+	if pt.forwards > 0 {
+		pt.forwardMean = time.Duration(float64(pt.forwardMean) / pt.forwards)
+	}
+	pt.gcCycles = d("go_gc_duration_seconds_count")
+	pt.gcPause = sec(d("go_gc_duration_seconds_sum"))
+	return pt
 }
 
 type bench struct {
@@ -409,6 +454,10 @@ func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, backlogKey 
 		_ = p.close()
 		return err
 	}
+	var times0 map[string]float64
+	if c.proxy {
+		times0, _ = c.scrape(ctx, phaseMetrics...)
+	}
 	start := time.Now()
 	interval := time.Second / time.Duration(b.o.rate)
 	for j := range total {
@@ -441,6 +490,11 @@ func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, backlogKey 
 	}
 	if r.hasRedis {
 		r.tripsPaced = float64(redis1.sub(redis0).trips) / float64(total)
+	}
+	if times0 != nil {
+		if times1, err := c.scrape(ctx, phaseMetrics...); err == nil {
+			r.phase = newPhaseTimes(times0, times1, total)
+		}
 	}
 	var lat []time.Duration
 	if r.kind == bareConsumer {

@@ -154,6 +154,34 @@ func (c *child) poll(ctx context.Context) (sample, error) {
 	return s, sc.Err()
 }
 
+// scrape reads every series of the proxy's /metrics whose name starts
+// with one of prefixes, by its full name with labels.
+func (c *child) scrape(ctx context.Context, prefixes ...string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.admin+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		for _, p := range prefixes {
+			if bytes.HasPrefix(line, []byte(p)) {
+				i := bytes.LastIndexByte(line, ' ')
+				out[string(line[:i])] = lastFloat(line)
+				break
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
 func lastFloat(line []byte) float64 {
 	i := bytes.LastIndexByte(line, ' ')
 	v, _ := strconv.ParseFloat(string(line[i+1:]), 64)

@@ -132,6 +132,7 @@ func (r *report) print(w io.Writer) {
 		r.printTable(w)
 	}
 	r.printCPU(w)
+	r.printPhases(w)
 	for _, s := range r.sections {
 		if s.missing != "" || len(s.rows) < 3 {
 			continue
@@ -196,6 +197,40 @@ func (r *report) printTable(w io.Writer) {
 	fmt.Fprintln(w, "  cmd/msg: INFO commandstats calls per message, commands run inside Lua scripts included.")
 	fmt.Fprintln(w, "  (e): Kafka ordering key (different record keys of a partition overlap, max_in_flight), 0% duplicates.")
 	fmt.Fprintln(w, "  CPU and peak RSS: the consumer process only (/proc/<pid>/stat utime+stime over the drain; VmHWM).")
+}
+
+// printPhases says where a proxy row's time went at the fixed rate: the
+// claim is the one seen-set round trip between publish and app (the
+// commit comes after the app answered), and GC pauses stop every worker.
+func (r *report) printPhases(w io.Writer) {
+	var any bool
+	for _, s := range r.sections {
+		for _, x := range s.rows {
+			any = any || x.phase != nil
+		}
+	}
+	if !any {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Proxy rows at the fixed rate (%d msgs/s for %s), from the proxy's own histograms:\n", r.o.rate, r.o.paced)
+	const head = "%-42s %9s %9s %9s %9s %9s %9s %9s\n"
+	fmt.Fprintf(w, head, "", "claim", "claims", "claims", "forward", "commit", "GC", "GC pause")
+	fmt.Fprintf(w, head, "", "mean", "> 1 ms", "> 5 ms", "mean", "mean", "cycles", "total")
+	for _, s := range r.sections {
+		fmt.Fprintln(w, s.broker)
+		for _, x := range s.rows {
+			pt := x.phase
+			if pt == nil {
+				continue
+			}
+			fmt.Fprintf(w, "%-42s %9s %8.1f%% %8.1f%% %9s %9s %9.0f %9s\n", fmt.Sprintf("  (%s) %s", x.kind.letter(), x.kind.label()),
+				ms(pt.claimMean), 100*pt.claimsOver1ms, 100*pt.claimsOver5, ms(pt.forwardMean), ms(pt.commitMean), pt.gcCycles, ms(pt.gcPause))
+		}
+	}
+	fmt.Fprintln(w, "  claim: the seen-set wait before the forward (a batch claim counts once); commit: after the app's 2xx,")
+	fmt.Fprintln(w, "  so not in publish→app; claims > 1 ms: from the histogram's buckets; GC: cycles and stop-the-world")
+	fmt.Fprintln(w, "  pause summed over the phase.")
 }
 
 // printCPU says where the machine's CPU went during each drain: on a
