@@ -95,6 +95,7 @@ type options struct {
 	// The webhook rows: burst size and concurrent senders.
 	whN       int
 	whSenders int
+	whRate    int
 	// The Kafka failover section: publish rate and the proxies' group
 	// timing and lease (0: the proxy's defaults).
 	foRate      int
@@ -144,6 +145,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table), webhook (the webhook rows) or failover (the Kafka failover section)")
 	fs.IntVar(&o.whN, "webhook-n", 10000, "webhook rows: requests in the burst")
 	fs.IntVar(&o.whSenders, "webhook-senders", 32, "webhook rows: concurrent senders in the burst")
+	fs.IntVar(&o.whRate, "webhook-rate", 0, "webhook rows: the fixed rate after the burst, req/s (0: half the bare handler's req/s)")
 	fs.StringVar(&o.foWhich, "failover", "abc", "failover section: the scenarios to run, (a) SIGTERM, (b) SIGKILL, (c) a burst of SIGKILLs")
 	fs.DurationVar(&o.foWindow, "failover-window", 0, "failover section: the longest wait after the last signal for every partition to flow (0: session_timeout + rebalance_timeout + 5s)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the configs and child logs (their directory is printed to stderr)")
@@ -167,7 +169,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench: -kafka-ordering partition|key, -seenset redis|memory, -max-in-flight ≥ 1, -app-delay ≥ 0")
 		return 2
 	}
-	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 {
+	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 || o.whRate < 0 {
 		fmt.Fprintln(stderr, "bench: -only rows|webhook|failover, -failover-rate, -webhook-n, -webhook-senders ≥ 1")
 		return 2
 	}

@@ -89,9 +89,10 @@ func (b *bench) measureWebhook(ctx context.Context) *webhookSection {
 		return s
 	}
 	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("bench-"+b.runID+"-signing-key-32b"))
-	bare := b.webhookRow(ctx, false, secret, 0)
+	bare := b.webhookRow(ctx, false, secret, b.o.whRate)
 	s.rows = append(s.rows, bare)
-	if bare.rps > 0 {
+	s.halfRate = b.o.whRate
+	if s.halfRate == 0 && bare.rps > 0 {
 		s.halfRate = max(int(bare.rps/2), 1)
 	}
 	if ctx.Err() == nil {
@@ -177,8 +178,12 @@ sources:
 	defer c.stop()
 
 	senders := b.o.whSenders
+	// An idle pool as large as the handler's concurrency: at a fixed
+	// rate a slow moment piles requests up, and a smaller pool would
+	// close and redial connections then, measuring TCP setup instead of
+	// the handler.
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		Proxy: nil, MaxIdleConns: senders * 2, MaxIdleConnsPerHost: senders * 2, DisableCompression: true,
+		Proxy: nil, MaxIdleConns: 512, MaxIdleConnsPerHost: 512, DisableCompression: true,
 	}}
 	defer hc.CloseIdleConnections()
 	url := "http://" + hookAddr + "/hook"
@@ -456,7 +461,11 @@ func (s *webhookSection) print(w io.Writer, o options) {
 		}
 	}
 	fmt.Fprintf(w, "  req/s: a burst of %d requests from %d concurrent senders; latency: request sent → 2xx read.\n", o.whN, o.whSenders)
-	fmt.Fprintf(w, "  half load: %d req/s (half the bare handler's req/s, the same for both rows) for %s.\n", s.halfRate, o.paced)
+	if o.whRate > 0 {
+		fmt.Fprintf(w, "  fixed rate: %d req/s (-webhook-rate, the same for both rows) for %s; the half-load columns are at this rate.\n", s.halfRate, o.paced)
+	} else {
+		fmt.Fprintf(w, "  half load: %d req/s (half the bare handler's req/s, the same for both rows) for %s.\n", s.halfRate, o.paced)
+	}
 	fmt.Fprintln(w, "  CPU: the handler process only, during the burst (the senders run in this process).")
 	if len(s.rows) < 2 {
 		return
