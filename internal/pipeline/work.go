@@ -68,7 +68,16 @@ type work struct {
 	settled   bool
 	// localToken is the claim recorded in the pipeline's localClaims.
 	localToken string
+	// staleBusy: a holder in this process let go of the key while the
+	// last claim was on its way; staleRetries counts the claims sent
+	// again at once for that.
+	staleBusy    bool
+	staleRetries int
 }
+
+// maxStaleRetries bounds the immediate re-claims after stale "busy"
+// answers; each follows a real outcome here, so a few suffice.
+const maxStaleRetries = 3
 
 type acquired int
 
@@ -176,6 +185,12 @@ func (w *work) loop() {
 				}
 				continue
 			}
+			if w.staleBusy && w.staleRetries < maxStaleRetries {
+				// The holder here let go while this claim was on its
+				// way: the answer is stale, look again now.
+				w.staleRetries++
+				continue
+			}
 			// Another replica has it. RabbitMQ: give it back; another
 			// delivery (or this one later) finds it done or free. Kafka:
 			// the partition waits.
@@ -221,7 +236,9 @@ func (w *work) acquire() acquired {
 		if token == "" {
 			token = p.newToken()
 		}
+		since := p.locals.reserve(w.full)
 		res, err := w.claim(token)
+		w.staleBusy = p.locals.unreserve(w.full, token, err == nil && res == seenset.Claimed, since)
 		switch {
 		case err == nil:
 		case errors.Is(err, seenset.ErrKeyUnusable):
@@ -253,7 +270,7 @@ func (w *work) acquire() acquired {
 			return busy
 		}
 		w.token, w.held, w.sent = token, token, false
-		w.holdLocal(token)
+		w.localToken = token // recorded by unreserve
 		return claimed
 	}
 }

@@ -400,7 +400,7 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 		if err := prof.finish(ctx, profileDir, br.short()); err != nil {
 			r.err = fmt.Errorf("profile: %w", err)
 		}
-	} else if err := b.paced(ctx, r, d, c, key, id); err != nil {
+	} else if err := b.paced(ctx, r, d, c, id); err != nil {
 		r.err = fmt.Errorf("latency phase: %w", err)
 		return r
 	}
@@ -425,15 +425,18 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 // paced publishes at a fixed rate and measures publish→app latency (for
 // the bare consumer: publish→consume, which it records itself), and the
 // Redis round trips per message at a steady pace.
-func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, backlogKey func(int) string, id string) error {
+func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, id string) error {
 	total := int(float64(b.o.rate) * b.o.paced.Seconds())
 	if total < 1 {
 		total = 1
 	}
 	key := func(j int) string {
 		if r.kind == proxyHalfDup && j%2 == 1 {
-			// A duplicate of a backlog key, processed long ago.
-			return backlogKey((j / 2) % (b.o.n / 2))
+			// A duplicate published right behind its original: it
+			// usually arrives while this replica is still forwarding
+			// the original, which is what a busy key held here looks
+			// like (the backlog's duplicates come long after theirs).
+			return id + "-p" + strconv.Itoa(j-1)
 		}
 		return id + "-p" + strconv.Itoa(j)
 	}
@@ -461,7 +464,11 @@ func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, backlogKey 
 	start := time.Now()
 	interval := time.Second / time.Duration(b.o.rate)
 	for j := range total {
-		if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
+		at := j
+		if r.kind == proxyHalfDup {
+			at -= j % 2 // the duplicate goes right behind its original
+		}
+		if wait := time.Until(start.Add(time.Duration(at) * interval)); wait > 0 {
 			time.Sleep(wait)
 		}
 		k := key(j)

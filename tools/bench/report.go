@@ -387,7 +387,7 @@ func (r *report) printRatios(w io.Writer, s *section) {
 	if usable(d) && !kafka {
 		// Every key is held by this one replica: a duplicate that finds
 		// its original in flight waits for it here.
-		line(fmt.Sprintf("(d) messages requeued (busy keys seen: %d)", d.busyEvents), fmt.Sprintf("%d", d.requeued), "= 0", d.requeued == 0, true)
+		line(fmt.Sprintf("(d) messages requeued (busy keys met and waited for here: %d)", d.busyEvents), fmt.Sprintf("%d", d.requeued), "= 0", d.requeued == 0, true)
 	}
 	if c != nil && bf != nil && c.latN > 0 && bf.latN > 0 {
 		p50, p99 := c.p50-bf.p50, c.p99-bf.p99
