@@ -4,7 +4,7 @@
 // product: nothing here ships in the dedupe-proxy binary or image.
 //
 // Per broker (the local RabbitMQ, and an in-process kfake Kafka with six
-// partitions) it runs four rows, each on its own fresh queue or topic,
+// partitions) it runs these rows, each on its own fresh queue or topic,
 // consumer group and Redis prefix:
 //
 //	(a) bare consumer   consume + ack, no forward: the broker's limit
@@ -14,7 +14,12 @@
 //	(c) dedupe-proxy    the real binary (make build) with the Redis
 //	                    seen-set (-seenset memory: the in-process one),
 //	                    0% duplicates
-//	(d) dedupe-proxy    the same with 50% duplicates
+//	(d) dedupe-proxy    the same with 50% duplicates (at the fixed rate
+//	                    each duplicate goes right behind its original)
+//	(e) dedupe-proxy    Kafka only: ordering key, 0% duplicates, against
+//	                    the bare partition-order forwarder
+//	(c0)                with -baseline <binary>: (c) with that build,
+//	                    right after (c), for a before/after in one run
 //
 // The Kafka rows consume in partition order; -kafka-ordering key runs
 // different record keys of a partition concurrently (up to
