@@ -63,10 +63,13 @@ func (l *localClaims) reserve(key string) (since int) {
 }
 
 // unreserve ends a reservation once the claim's answer is in; won: token
-// now holds key. It reports whether a holder here let go of key while the
-// claim was on its way (since is what reserve returned): a "busy" answer
-// may then be stale, and the caller may claim again at once.
-func (l *localClaims) unreserve(key, token string, won bool, since int) (letGo bool) {
+// now holds key. For a lost claim it reports whether a holder here let go
+// of key while the claim was on its way (since is what reserve returned):
+// a "busy" answer may then be stale, and the caller may claim again at
+// once; and, when the key is still held or being claimed here, the
+// channel closed when that ends — taken under the same lock, so a holder
+// letting go right after cannot be missed.
+func (l *localClaims) unreserve(key, token string, won bool, since int) (letGo bool, wait <-chan struct{}) {
 	s := l.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -82,10 +85,16 @@ func (l *localClaims) unreserve(key, token string, won bool, since int) (letGo b
 		if c.done != nil {
 			close(c.done)
 		}
-		return letGo
+		return letGo, nil
+	}
+	if !won {
+		if c.done == nil {
+			c.done = make(chan struct{})
+		}
+		wait = c.done
 	}
 	s.m[key] = c
-	return letGo
+	return letGo, wait
 }
 
 // take makes token the holder. A claim taken over from an earlier local

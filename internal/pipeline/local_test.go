@@ -2,6 +2,11 @@ package pipeline
 
 import "testing"
 
+func unres(l *localClaims, key, token string, won bool, since int) bool {
+	letGo, _ := l.unreserve(key, token, won, since)
+	return letGo
+}
+
 func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -17,12 +22,12 @@ func TestLocalClaimsLoserReadFirstWaitsForWinner(t *testing.T) {
 	l := newLocalClaims()
 	l.reserve("k") // winner
 	l.reserve("k") // loser
-	l.unreserve("k", "loser", false, 0)
+	unres(l, "k", "loser", false, 0)
 	ch := l.waitFor("k")
 	if ch == nil {
 		t.Fatal("the loser found nothing held here while the winner's answer was unread: it would be requeued")
 	}
-	l.unreserve("k", "winner", true, 0)
+	unres(l, "k", "winner", true, 0)
 	if closed(ch) {
 		t.Fatal("the winner's claim woke the waiter before any outcome")
 	}
@@ -39,8 +44,8 @@ func TestLocalClaimsWinnerReadFirst(t *testing.T) {
 	l := newLocalClaims()
 	l.reserve("k")
 	l.reserve("k")
-	l.unreserve("k", "winner", true, 0)
-	l.unreserve("k", "loser", false, 0)
+	unres(l, "k", "winner", true, 0)
+	unres(l, "k", "loser", false, 0)
 	ch := l.waitFor("k")
 	if ch == nil || closed(ch) {
 		t.Fatal("the loser does not wait for the winner")
@@ -61,12 +66,12 @@ func TestLocalClaimsBothLost(t *testing.T) {
 	l := newLocalClaims()
 	l.reserve("k")
 	l.reserve("k")
-	l.unreserve("k", "a", false, 0)
+	unres(l, "k", "a", false, 0)
 	ch := l.waitFor("k")
 	if ch == nil {
 		t.Fatal("a claim in flight here is not waited for")
 	}
-	l.unreserve("k", "b", false, 0)
+	unres(l, "k", "b", false, 0)
 	if !closed(ch) {
 		t.Fatal("no claim left here, the waiter still waits")
 	}
@@ -82,7 +87,7 @@ func TestLocalClaimsTakeoverWakes(t *testing.T) {
 	l.hold("k", "old")
 	ch := l.waitFor("k")
 	l.reserve("k")
-	l.unreserve("k", "new", true, 0)
+	unres(l, "k", "new", true, 0)
 	if !closed(ch) {
 		t.Fatal("the takeover did not wake the old holder's waiters")
 	}
@@ -100,7 +105,7 @@ func TestLocalClaimsStaleBusy(t *testing.T) {
 	l.hold("k", "a")
 	since := l.reserve("k")
 	l.drop("k", "a")
-	if !l.unreserve("k", "b", false, since) {
+	if !unres(l, "k", "b", false, since) {
 		t.Fatal("the holder let go during the claim, the busy answer is not reported stale")
 	}
 	if l.waitFor("k") != nil {
@@ -108,7 +113,25 @@ func TestLocalClaimsStaleBusy(t *testing.T) {
 	}
 	l.hold("k", "c")
 	since = l.reserve("k")
-	if l.unreserve("k", "d", false, since) {
+	if unres(l, "k", "d", false, since) {
 		t.Fatal("a busy answer reported stale while the holder still holds the key")
+	}
+}
+
+// The holder lets go right after a lost claim's answer is read: the wait
+// channel taken with the answer is already closed, so the caller looks
+// again instead of finding nothing here and taking the key for another
+// replica's.
+func TestLocalClaimsHolderLetsGoRightAfterTheAnswer(t *testing.T) {
+	l := newLocalClaims()
+	l.hold("k", "a")
+	since := l.reserve("k")
+	letGo, wait := l.unreserve("k", "b", false, since)
+	if letGo || wait == nil {
+		t.Fatalf("a claim lost to a holder here: letGo %v, wait %v", letGo, wait)
+	}
+	l.drop("k", "a")
+	if !closed(wait) {
+		t.Fatal("the holder let go, the wait taken with the answer is still open")
 	}
 }

@@ -73,6 +73,9 @@ type work struct {
 	// again at once for that.
 	staleBusy    bool
 	staleRetries int
+	// busyWait, after a lost claim, is closed when this process no longer
+	// holds or claims the key (nil: it neither held nor claimed it).
+	busyWait <-chan struct{}
 }
 
 // maxStaleRetries bounds the immediate re-claims after stale "busy"
@@ -174,7 +177,11 @@ func (w *work) loop() {
 			return
 		case busy:
 			w.event(metrics.EventBusy)
-			if ch := w.p.locals.waitFor(w.full); ch != nil {
+			ch := w.busyWait
+			if ch == nil {
+				ch = w.p.locals.waitFor(w.full)
+			}
+			if ch != nil {
 				// This replica is forwarding the key: its outcome is
 				// moments away and will be known here, so wait for it
 				// (bounded: a claim whose lease ran out unrenewed is
@@ -238,7 +245,7 @@ func (w *work) acquire() acquired {
 		}
 		since := p.locals.reserve(w.full)
 		res, err := w.claim(token)
-		w.staleBusy = p.locals.unreserve(w.full, token, err == nil && res == seenset.Claimed, since)
+		w.staleBusy, w.busyWait = p.locals.unreserve(w.full, token, err == nil && res == seenset.Claimed, since)
 		switch {
 		case err == nil:
 		case errors.Is(err, seenset.ErrKeyUnusable):
