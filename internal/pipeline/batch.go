@@ -234,7 +234,7 @@ func (c *committer) commit(todo []pendingCommit) {
 		items[i] = seenset.KeyToken{Key: t.w.full, Token: t.token}
 	}
 	// As commit: even during shutdown, the app already acted.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 5*time.Second)
+	ctx, cancel := context.WithTimeout(p.calm, 5*time.Second)
 	start := time.Now()
 	errs := seenset.CommitMany(ctx, p.o.Store, items, p.o.TTL)
 	cancel()

@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// localClaims records the keys this process holds a claim on, so that a
+// localClaims records the keys this process holds or is claiming, so that a
 // message that finds its key busy can tell "another replica has it" from
 // "this replica is forwarding it right now". In the second case it waits
 // here for that outcome — the original commits (the message is then a
@@ -22,11 +22,17 @@ type localShard struct {
 	m  map[string]localClaim
 }
 
-// localClaim is one held key: the claim's token, and a channel closed
-// when it is let go, made only once someone waits for it.
+// localClaim is one key this process holds or is claiming: the held
+// claim's token ("" while only being claimed), the claims of the key in
+// flight from here, and a channel closed when the key is let go, made
+// only once someone waits for it.
 type localClaim struct {
-	token string
-	done  chan struct{}
+	token   string
+	pending int
+	done    chan struct{}
+	// lets counts the holders that let go while claims were pending: a
+	// claim answered "busy" by a holder that finished meanwhile is stale.
+	lets int
 }
 
 func newLocalClaims() *localClaims {
@@ -41,16 +47,77 @@ func (l *localClaims) shard(key string) *localShard {
 	return &l.shards[maphash.String(l.seed, key)%uint64(len(l.shards))]
 }
 
+// reserve records a claim of key about to be sent from here. Claims that
+// arrive together go to the store in one round trip and their answers
+// come back together: recorded only once the winner's answer is read, a
+// loser could find the key busy and nothing here, and take it for
+// another replica's.
+func (l *localClaims) reserve(key string) (since int) {
+	s := l.shard(key)
+	s.mu.Lock()
+	c := s.m[key]
+	c.pending++
+	s.m[key] = c
+	s.mu.Unlock()
+	return c.lets
+}
+
+// unreserve ends a reservation once the claim's answer is in; won: token
+// now holds key. For a lost claim it reports whether a holder here let go
+// of key while the claim was on its way (since is what reserve returned):
+// a "busy" answer may then be stale, and the caller may claim again at
+// once; and, when the key is still held or being claimed here, the
+// channel closed when that ends — taken under the same lock, so a holder
+// letting go right after cannot be missed.
+func (l *localClaims) unreserve(key, token string, won bool, since int) (letGo bool, wait <-chan struct{}) {
+	s := l.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.m[key]
+	letGo = c.lets != since
+	c.pending--
+	if won {
+		c = c.take(token)
+	}
+	if c.token == "" && c.pending <= 0 {
+		// Nobody here holds or claims it: whoever waited looks again.
+		delete(s.m, key)
+		if c.done != nil {
+			close(c.done)
+		}
+		return letGo, nil
+	}
+	if !won {
+		if c.done == nil {
+			c.done = make(chan struct{})
+		}
+		wait = c.done
+	}
+	s.m[key] = c
+	return letGo, wait
+}
+
+// take makes token the holder. A claim taken over from an earlier local
+// holder (its lease had run out) wakes that holder's waiters: they may go
+// and look. A claim following a reservation keeps them waiting for its
+// outcome.
+func (c localClaim) take(token string) localClaim {
+	if c.token != "" && c.token != token {
+		c.lets++
+		if c.done != nil {
+			close(c.done)
+			c.done = nil
+		}
+	}
+	c.token = token
+	return c
+}
+
 // hold records that token holds key here.
 func (l *localClaims) hold(key, token string) {
 	s := l.shard(key)
 	s.mu.Lock()
-	if old, ok := s.m[key]; ok && old.done != nil {
-		// A claim taken over from an earlier local holder (its lease had
-		// run out): whoever waited for that one may go and look.
-		close(old.done)
-	}
-	s.m[key] = localClaim{token: token}
+	s.m[key] = s.m[key].take(token)
 	s.mu.Unlock()
 }
 
@@ -58,17 +125,26 @@ func (l *localClaims) hold(key, token string) {
 func (l *localClaims) drop(key, token string) {
 	s := l.shard(key)
 	s.mu.Lock()
-	if c, ok := s.m[key]; ok && c.token == token {
-		delete(s.m, key)
-		if c.done != nil {
-			close(c.done)
-		}
+	defer s.mu.Unlock()
+	c, ok := s.m[key]
+	if !ok || c.token != token {
+		return
 	}
-	s.mu.Unlock()
+	if c.done != nil {
+		close(c.done)
+		c.done = nil
+	}
+	c.token = ""
+	c.lets++
+	if c.pending <= 0 {
+		delete(s.m, key)
+		return
+	}
+	s.m[key] = c
 }
 
 // waitFor returns a channel closed when this process lets go of key, or
-// nil when it does not hold key.
+// nil when it neither holds nor is claiming key.
 func (l *localClaims) waitFor(key string) <-chan struct{} {
 	s := l.shard(key)
 	s.mu.Lock()

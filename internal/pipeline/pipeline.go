@@ -103,6 +103,9 @@ type Pipeline struct {
 	draining chan struct{}
 	drainOne atomic.Bool
 	hard     context.Context
+	// calm is hard without its cancellation, made once: commits, renewals
+	// and releases run on through a shutdown.
+	calm     context.Context
 	abort    context.CancelFunc
 	tokenPfx string
 	tokenSeq atomic.Uint64
@@ -112,6 +115,14 @@ type Pipeline struct {
 	// with a Gate, whose health check logs the app's state.
 	store, app *statelog.Tracker
 	kept       keptClaims
+	// storeObs are the store-duration series by operation, resolved once:
+	// WithLabelValues hashes its labels on every call, twice per message.
+	storeObs map[string]storeObserver
+}
+
+type storeObserver struct {
+	duration prometheus.Observer
+	errors   prometheus.Counter
 }
 
 // New returns a Pipeline.
@@ -131,6 +142,10 @@ func New(o Options) *Pipeline {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	hard, abort := context.WithCancel(context.Background())
+	obs := make(map[string]storeObserver, 4)
+	for _, op := range []string{"claim", "commit", "renew", "release"} {
+		obs[op] = storeObserver{o.Metrics.StoreDuration.WithLabelValues(op), o.Metrics.StoreErrors.WithLabelValues(op)}
+	}
 	storeDown := "seen-set unreachable: messages are neither forwarded nor acked until it is back"
 	if o.FailOpenOnStoreError {
 		storeDown = "seen-set unreachable: forwarding without dedupe until it is back (on_store_error: forward)"
@@ -142,11 +157,13 @@ func New(o Options) *Pipeline {
 	return &Pipeline{
 		store:    statelog.New(o.Logger, storeDown, "seen-set reachable again"),
 		app:      app,
+		storeObs: obs,
 		o:        o,
 		log:      o.Logger,
 		m:        o.Metrics,
 		draining: make(chan struct{}),
 		hard:     hard,
+		calm:     context.WithoutCancel(hard),
 		abort:    abort,
 		locals:   newLocalClaims(),
 		// One random prefix per process and a counter: unique across
@@ -258,6 +275,15 @@ type source struct {
 	// otherwise log a line per message.
 	rules string
 	noKey *statelog.Limiter
+	// queueMeta are the metadata headers of the last queue seen (a
+	// RabbitMQ source has one), by Redelivered: the same for every
+	// message of that queue, so built once and shared read-only.
+	queueMeta atomic.Pointer[queueMeta]
+}
+
+type queueMeta struct {
+	source, kind, queue string
+	h                   [2][]forward.Header
 }
 
 type boundMetrics struct {
@@ -290,7 +316,7 @@ func (p *Pipeline) bind(name string) *boundMetrics {
 
 func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 	p := w.p
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.calm, 30*time.Second)
 	err := w.d.DeadLetter(ctx, info)
 	cancel()
 	switch {
@@ -386,31 +412,42 @@ func (w *work) forward() forward.Result {
 // renewal in progress, so none runs after the commit (it would find the
 // key done and report a lost lease that was not lost).
 func (w *work) renewLease(token string) (stop func()) {
-	p := w.p
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
+	r := &renewal{w: w, token: token}
 	// Held while t is assigned: the callback reads t under mu.
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(p.o.Lease/3, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		if errors.Is(w.renew(token), seenset.ErrNotOwner) {
-			w.leaseLost("lease lost while forwarding")
-			return
-		}
-		t.Reset(p.o.Lease / 3)
-	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.t = time.AfterFunc(w.p.o.Lease/3, r.tick)
+	return r.stop
+}
+
+// renewal is one forward's lease renewal: its state in one allocation
+// rather than a closure capturing each variable.
+type renewal struct {
+	w       *work
+	token   string
+	mu      sync.Mutex
+	stopped bool
+	t       *time.Timer
+}
+
+func (r *renewal) tick() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
 	}
+	if errors.Is(r.w.renew(r.token), seenset.ErrNotOwner) {
+		r.w.leaseLost("lease lost while forwarding")
+		return
+	}
+	r.t.Reset(r.w.p.o.Lease / 3)
+}
+
+func (r *renewal) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.t.Stop()
+	r.mu.Unlock()
 }
 
 // commit records the success, retrying a bounded number of times. It runs
@@ -422,7 +459,7 @@ func (w *work) commit(token string) {
 	defer w.dropLocal()
 	var err error
 	for i := 1; i <= p.o.CommitAttempts; i++ {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 5*time.Second)
+		ctx, cancel := context.WithTimeout(p.calm, 5*time.Second)
 		start := time.Now()
 		err = p.o.Store.Commit(ctx, w.full, token, p.o.TTL)
 		cancel()
@@ -455,7 +492,7 @@ func (w *work) releasePrior() {
 // stopping (Abort cancels the forward, and keepClaim renews after it).
 func (w *work) renew(token string) error {
 	p := w.p
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), p.o.Lease/3)
+	ctx, cancel := context.WithTimeout(p.calm, p.o.Lease/3)
 	start := time.Now()
 	err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
 	cancel()
@@ -499,7 +536,7 @@ func (w *work) release(token string) {
 	p := w.p
 	w.held = ""
 	defer w.dropLocal()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.hard), 2*time.Second)
+	ctx, cancel := context.WithTimeout(p.calm, 2*time.Second)
 	start := time.Now()
 	err := p.o.Store.Release(ctx, w.full, token)
 	cancel()
@@ -612,9 +649,10 @@ func (p *Pipeline) newToken() string {
 }
 
 func (p *Pipeline) observe(op string, start time.Time, err error) {
-	p.m.StoreDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	o := p.storeObs[op]
+	o.duration.Observe(time.Since(start).Seconds())
 	if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
-		p.m.StoreErrors.WithLabelValues(op).Inc()
+		o.errors.Inc()
 	}
 	if errors.Is(err, seenset.ErrUnavailable) {
 		p.store.Down(err)
@@ -656,7 +694,30 @@ func (w *work) metaHeaders() []forward.Header {
 		return w.meta
 	}
 	m := w.m
-	h := []forward.Header{{Name: "X-Dedupe-Source", Value: m.Source}, {Name: "X-Dedupe-Broker", Value: m.Kind}}
+	if m.Topic == "" {
+		// Nothing per message but Redelivered: share the queue's.
+		q := w.s.queueMeta.Load()
+		if q == nil || q.source != m.Source || q.kind != m.Kind || q.queue != m.Queue {
+			q = &queueMeta{source: m.Source, kind: m.Kind, queue: m.Queue}
+			for i, redelivered := range []bool{false, true} {
+				q.h[i] = buildMeta(m, redelivered)
+			}
+			w.s.queueMeta.Store(q)
+		}
+		i := 0
+		if m.Redelivered {
+			i = 1
+		}
+		w.meta = q.h[i]
+		return w.meta
+	}
+	w.meta = buildMeta(m, m.Redelivered)
+	return w.meta
+}
+
+func buildMeta(m *broker.Message, redelivered bool) []forward.Header {
+	h := make([]forward.Header, 0, 8)
+	h = append(h, forward.Header{Name: "X-Dedupe-Source", Value: m.Source}, forward.Header{Name: "X-Dedupe-Broker", Value: m.Kind})
 	if m.Queue != "" {
 		h = append(h, forward.Header{Name: "X-Dedupe-Queue", Value: m.Queue})
 	}
@@ -669,9 +730,7 @@ func (w *work) metaHeaders() []forward.Header {
 			h = append(h, forward.Header{Name: "X-Dedupe-Record-Key", Value: string(m.RecordKey)})
 		}
 	}
-	h = append(h, forward.Header{Name: "X-Dedupe-Redelivered", Value: strconv.FormatBool(m.Redelivered)})
-	w.meta = h
-	return h
+	return append(h, forward.Header{Name: "X-Dedupe-Redelivered", Value: strconv.FormatBool(redelivered)})
 }
 
 func (w *work) attrs(extra ...any) []any {

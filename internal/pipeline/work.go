@@ -69,7 +69,19 @@ type work struct {
 	settled   bool
 	// localToken is the claim recorded in the pipeline's localClaims.
 	localToken string
+	// staleBusy: a holder in this process let go of the key while the
+	// last claim was on its way; staleRetries counts the claims sent
+	// again at once for that.
+	staleBusy    bool
+	staleRetries int
+	// busyWait, after a lost claim, is closed when this process no longer
+	// holds or claims the key (nil: it neither held nor claimed it).
+	busyWait <-chan struct{}
 }
+
+// maxStaleRetries bounds the immediate re-claims after stale "busy"
+// answers; each follows a real outcome here, so a few suffice.
+const maxStaleRetries = 3
 
 type acquired int
 
@@ -168,7 +180,11 @@ func (w *work) loop() {
 			return
 		case busy:
 			w.event(metrics.EventBusy)
-			if ch := w.p.locals.waitFor(w.full); ch != nil {
+			ch := w.busyWait
+			if ch == nil {
+				ch = w.p.locals.waitFor(w.full)
+			}
+			if ch != nil {
 				// This replica is forwarding the key: its outcome is
 				// moments away and will be known here, so wait for it
 				// (bounded: a claim whose lease ran out unrenewed is
@@ -177,6 +193,12 @@ func (w *work) loop() {
 					w.requeue("stopped while the key was held here")
 					return
 				}
+				continue
+			}
+			if w.staleBusy && w.staleRetries < maxStaleRetries {
+				// The holder here let go while this claim was on its
+				// way: the answer is stale, look again now.
+				w.staleRetries++
 				continue
 			}
 			// Another replica has it, or this one left it claimed after
@@ -225,7 +247,9 @@ func (w *work) acquire() acquired {
 		if token == "" {
 			token = p.newToken()
 		}
+		since := p.locals.reserve(w.full)
 		res, err := w.claim(token)
+		w.staleBusy, w.busyWait = p.locals.unreserve(w.full, token, err == nil && res == seenset.Claimed, since)
 		switch {
 		case err == nil:
 		case errors.Is(err, seenset.ErrKeyUnusable):
@@ -257,7 +281,7 @@ func (w *work) acquire() acquired {
 			return busy
 		}
 		w.token, w.held, w.sent = token, token, false
-		w.holdLocal(token)
+		w.localToken = token // recorded by unreserve
 		return claimed
 	}
 }

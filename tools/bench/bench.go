@@ -25,11 +25,36 @@ const (
 	bareForwarder
 	proxyUnique
 	proxyHalfDup
+	// proxyKeyOrder is Kafka only: the proxy with ordering key, 0%
+	// duplicates, compared with the bare partition-order forwarder.
+	proxyKeyOrder
+	// proxyBaseline is (c) again with another proxy binary (-baseline),
+	// run right after (c): a before/after of the same row in one run.
+	proxyBaseline
 )
 
 var rowKinds = []rowKind{bareConsumer, bareForwarder, proxyUnique, proxyHalfDup}
 
-func (k rowKind) letter() string { return string(rune('a' + int(k))) }
+// kindsFor are the rows of one broker, in the order they run: Kafka adds
+// the key-ordering row, -baseline its row right after (c).
+func (b *bench) kindsFor(br broker) []rowKind {
+	out := []rowKind{bareConsumer, bareForwarder, proxyUnique}
+	if b.o.baseline != "" {
+		out = append(out, proxyBaseline)
+	}
+	out = append(out, proxyHalfDup)
+	if _, ok := br.(*kafkaBroker); ok {
+		out = append(out, proxyKeyOrder)
+	}
+	return out
+}
+
+func (k rowKind) letter() string {
+	if k == proxyBaseline {
+		return "c0"
+	}
+	return string(rune('a' + int(k)))
+}
 
 func (k rowKind) label() string {
 	switch k {
@@ -39,11 +64,17 @@ func (k rowKind) label() string {
 		return "bare forwarder (POST, no dedupe)"
 	case proxyUnique:
 		return "dedupe-proxy, 0% duplicates"
+	case proxyKeyOrder:
+		return "dedupe-proxy, ordering: key, 0% dups"
+	case proxyBaseline:
+		return "-baseline binary, 0% duplicates"
 	}
 	return "dedupe-proxy, 50% duplicates"
 }
 
-func (k rowKind) isProxy() bool { return k == proxyUnique || k == proxyHalfDup }
+func (k rowKind) isProxy() bool {
+	return k == proxyUnique || k == proxyHalfDup || k == proxyKeyOrder || k == proxyBaseline
+}
 
 // broker is a message system the rows run against.
 type broker interface {
@@ -70,6 +101,9 @@ type dest interface {
 	bareArgs() []string
 	// inflightBound is what the proxy's in-flight gauge must never exceed.
 	inflightBound() int
+	// setOrdering sets the Kafka ordering of this destination's proxy
+	// ("" keeps -kafka-ordering); RabbitMQ ignores it.
+	setOrdering(string)
 	cleanup()
 }
 
@@ -89,6 +123,7 @@ type row struct {
 	rate        float64 // msgs/s
 	cpuPer100k  float64 // CPU seconds of the consumer process per 100k messages
 	cpuRedis    float64 // the same for the private redis-server
+	redisCPU    float64 // Redis INFO used_cpu_sys+used_cpu_user per 100k messages (µs resolution)
 	cpuSelf     float64 // the same for this process (the app, the publisher, kfake)
 	cpuBroker   float64 // the same for the RabbitMQ server (0 for kfake, which is in this process)
 	cpuRest     float64 // the same for every other process on the machine: noise
@@ -104,9 +139,56 @@ type row struct {
 	latWhat     string  // "publish→app" or "publish→consume"
 	skipRate    float64 // (d): duplicates skipped per second once only duplicates were left
 	inflightMax float64 // proxy: the highest in-flight gauge seen
+	requeued    int64   // proxy: messages given back to the broker (result requeued), drain and paced phase
+	busyEvents  int64   // proxy: claims that found the key busy (waited here or requeued)
 	bound       int
 	appGot      int64 // requests the app received (forwarding rows)
 	appWant     int64
+	// proxy, at the fixed rate: where the time went.
+	phase *phaseTimes
+}
+
+// phaseTimes are the proxy's own timings over the paced phase, from its
+// histograms and the Go runtime's GC summary.
+type phaseTimes struct {
+	claims, commits, forwards  float64       // counts
+	claimMean, commitMean      time.Duration // seen-set round trip as the pipeline waits for it
+	forwardMean                time.Duration // POST → answer read
+	claimsOver1ms, claimsOver5 float64       // share of claims slower than 1 ms and 5 ms
+	gcCycles                   float64
+	gcPause                    time.Duration // stop-the-world total
+	msgs                       int
+}
+
+var phaseMetrics = []string{"dedupe_proxy_seenset_duration_seconds", "dedupe_proxy_forward_duration_seconds_sum",
+	"dedupe_proxy_forward_duration_seconds_count", "go_gc_duration_seconds_sum", "go_gc_duration_seconds_count"}
+
+func newPhaseTimes(a, z map[string]float64, msgs int) *phaseTimes {
+	d := func(k string) float64 { return z[k] - a[k] }
+	sec := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+	pt := &phaseTimes{msgs: msgs}
+	pt.claims = d(`dedupe_proxy_seenset_duration_seconds_count{op="claim"}`)
+	pt.commits = d(`dedupe_proxy_seenset_duration_seconds_count{op="commit"}`)
+	if pt.claims > 0 {
+		pt.claimMean = sec(d(`dedupe_proxy_seenset_duration_seconds_sum{op="claim"}`) / pt.claims)
+		pt.claimsOver1ms = 1 - d(`dedupe_proxy_seenset_duration_seconds_bucket{op="claim",le="0.001"}`)/pt.claims
+		pt.claimsOver5 = 1 - d(`dedupe_proxy_seenset_duration_seconds_bucket{op="claim",le="0.005"}`)/pt.claims
+	}
+	if pt.commits > 0 {
+		pt.commitMean = sec(d(`dedupe_proxy_seenset_duration_seconds_sum{op="commit"}`) / pt.commits)
+	}
+	for k := range z {
+		if strings.HasPrefix(k, "dedupe_proxy_forward_duration_seconds_count") {
+			pt.forwards += d(k)
+			pt.forwardMean += sec(d(strings.Replace(k, "_count", "_sum", 1)))
+		}
+	}
+	if pt.forwards > 0 {
+		pt.forwardMean = time.Duration(float64(pt.forwardMean) / pt.forwards)
+	}
+	pt.gcCycles = d("go_gc_duration_seconds_count")
+	pt.gcPause = sec(d("go_gc_duration_seconds_sum"))
+	return pt
 }
 
 type bench struct {
@@ -186,7 +268,7 @@ type section struct {
 func (b *bench) measure(ctx context.Context, br broker) *section {
 	s := &section{broker: br.name()}
 	b.measured = append(b.measured, br)
-	for _, k := range rowKinds {
+	for _, k := range b.kindsFor(br) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -222,6 +304,9 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 		return r
 	}
 	defer d.cleanup()
+	if k == proxyKeyOrder {
+		d.setOrdering("key")
+	}
 	r.bound = d.inflightBound()
 
 	pubStart := time.Now()
@@ -301,6 +386,7 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 		r.tripsPerMsg = float64(dr.trips) / float64(n)
 		r.cmdsPerMsg = float64(dr.cmds) / float64(n)
 		r.scriptsMsg = float64(dr.scripts) / float64(n)
+		r.redisCPU = dr.cpu.Seconds() / float64(n) * 1e5
 	}
 	for _, s := range samples {
 		r.inflightMax = max(r.inflightMax, s.inflight)
@@ -314,9 +400,14 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 		if err := prof.finish(ctx, profileDir, br.short()); err != nil {
 			r.err = fmt.Errorf("profile: %w", err)
 		}
-	} else if err := b.paced(ctx, r, d, c, key, id); err != nil {
+	} else if err := b.paced(ctx, r, d, c, id); err != nil {
 		r.err = fmt.Errorf("latency phase: %w", err)
 		return r
+	}
+	if c.proxy {
+		if s, err := c.poll(ctx); err == nil {
+			r.requeued, r.busyEvents = s.requeued, s.busy
+		}
 	}
 	if r.rssMiB, err = peakRSS(c.pid); err != nil {
 		r.err = err
@@ -334,15 +425,18 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 // paced publishes at a fixed rate and measures publish→app latency (for
 // the bare consumer: publish→consume, which it records itself), and the
 // Redis round trips per message at a steady pace.
-func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, backlogKey func(int) string, id string) error {
+func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, id string) error {
 	total := int(float64(b.o.rate) * b.o.paced.Seconds())
 	if total < 1 {
 		total = 1
 	}
 	key := func(j int) string {
 		if r.kind == proxyHalfDup && j%2 == 1 {
-			// A duplicate of a backlog key, processed long ago.
-			return backlogKey((j / 2) % (b.o.n / 2))
+			// A duplicate published right behind its original: it
+			// usually arrives while this replica is still forwarding
+			// the original, which is what a busy key held here looks
+			// like (the backlog's duplicates come long after theirs).
+			return id + "-p" + strconv.Itoa(j-1)
 		}
 		return id + "-p" + strconv.Itoa(j)
 	}
@@ -363,10 +457,18 @@ func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, backlogKey 
 		_ = p.close()
 		return err
 	}
+	var times0 map[string]float64
+	if c.proxy {
+		times0, _ = c.scrape(ctx, phaseMetrics...)
+	}
 	start := time.Now()
 	interval := time.Second / time.Duration(b.o.rate)
 	for j := range total {
-		if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
+		at := j
+		if r.kind == proxyHalfDup {
+			at -= j % 2 // the duplicate goes right behind its original
+		}
+		if wait := time.Until(start.Add(time.Duration(at) * interval)); wait > 0 {
 			time.Sleep(wait)
 		}
 		k := key(j)
@@ -396,6 +498,11 @@ func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, backlogKey 
 	if r.hasRedis {
 		r.tripsPaced = float64(redis1.sub(redis0).trips) / float64(total)
 	}
+	if times0 != nil {
+		if times1, err := c.scrape(ctx, phaseMetrics...); err == nil {
+			r.phase = newPhaseTimes(times0, times1, total)
+		}
+	}
 	var lat []time.Duration
 	if r.kind == bareConsumer {
 		r.latWhat = "publish→consume"
@@ -409,7 +516,7 @@ func (b *bench) paced(ctx context.Context, r *row, d dest, c *child, backlogKey 
 	r.latN = len(lat)
 	r.p50, r.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	switch r.kind {
-	case bareForwarder, proxyUnique:
+	case bareForwarder, proxyUnique, proxyKeyOrder, proxyBaseline:
 		r.appWant = int64(b.o.n + total)
 	case proxyHalfDup:
 		r.appWant = int64(b.o.n/2 + (total+1)/2)
@@ -512,7 +619,11 @@ sources:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	return startChild(ctx, b.o.proxy, []string{"run", "--config", cfgPath}, nil, admin, logPath, true)
+	bin := b.o.proxy
+	if k == proxyBaseline {
+		bin = b.o.baseline
+	}
+	return startChild(ctx, bin, []string{"run", "--config", cfgPath}, nil, admin, logPath, true)
 }
 
 // profileAll runs (c) once more per measured broker with pprof on.

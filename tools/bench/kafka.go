@@ -113,8 +113,18 @@ func (k *kafkaBroker) newDest(ctx context.Context, id string) (dest, error) {
 }
 
 type kafkaDest struct {
-	k     *kafkaBroker
-	topic string
+	k        *kafkaBroker
+	topic    string
+	ordering string // "" is -kafka-ordering
+}
+
+func (d *kafkaDest) setOrdering(o string) { d.ordering = o }
+
+func (d *kafkaDest) order() string {
+	if d.ordering != "" {
+		return d.ordering
+	}
+	return d.k.o.ordering
 }
 
 // cleanup deletes the topic; kfake keeps every record in memory.
@@ -129,7 +139,7 @@ func (d *kafkaDest) cleanup() {
 // them is at the app. With key ordering the source runs at most
 // max_in_flight handlers of one message each.
 func (d *kafkaDest) inflightBound() int {
-	if d.k.o.ordering == "key" {
+	if d.order() == "key" {
 		return d.k.o.inFlight
 	}
 	return d.k.o.partitions * d.k.o.kafkaBatch
@@ -148,7 +158,7 @@ func (d *kafkaDest) proxySource() string {
       batch_size: %d
       ordering: %s
       max_in_flight: %d
-`, d.k.addr, d.topic, d.group(), d.k.o.kafkaBatch, d.k.o.ordering, d.k.o.inFlight)
+`, d.k.addr, d.topic, d.group(), d.k.o.kafkaBatch, d.order(), d.k.o.inFlight)
 }
 
 func (d *kafkaDest) bareArgs() []string {

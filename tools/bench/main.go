@@ -4,7 +4,7 @@
 // product: nothing here ships in the dedupe-proxy binary or image.
 //
 // Per broker (the local RabbitMQ, and an in-process kfake Kafka with six
-// partitions) it runs four rows, each on its own fresh queue or topic,
+// partitions) it runs these rows, each on its own fresh queue or topic,
 // consumer group and Redis prefix:
 //
 //	(a) bare consumer   consume + ack, no forward: the broker's limit
@@ -14,7 +14,12 @@
 //	(c) dedupe-proxy    the real binary (make build) with the Redis
 //	                    seen-set (-seenset memory: the in-process one),
 //	                    0% duplicates
-//	(d) dedupe-proxy    the same with 50% duplicates
+//	(d) dedupe-proxy    the same with 50% duplicates (at the fixed rate
+//	                    each duplicate goes right behind its original)
+//	(e) dedupe-proxy    Kafka only: ordering key, 0% duplicates, against
+//	                    the bare partition-order forwarder
+//	(c0)                with -baseline <binary>: (c) with that build,
+//	                    right after (c), for a before/after in one run
 //
 // The Kafka rows consume in partition order; -kafka-ordering key runs
 // different record keys of a partition concurrently (up to
@@ -34,11 +39,16 @@
 //
 // Under the table it shows where the machine's CPU went during each
 // drain (the consumer, Redis, RabbitMQ, this process, everything else),
-// then the ratios against the targets of issue 7.
+// then the project's targets with their verdicts (ok or MISS).
+//
+// Then the webhook rows (webhook.go): requests/s and latency to the 2xx
+// of the proxy's webhook source in enqueue mode against a bare handler
+// that verifies and publishes with confirms; -only webhook runs them
+// alone.
 //
 // Then the Kafka failover section (failover.go): how long partitions
 // stall when one of two proxies is stopped, killed, or killed in a burst;
-// -only failover runs it alone, -only rows skips it.
+// -only failover runs it alone, -only rows and -only webhook skip it.
 //
 // Machines are shared and noisy: compare the ratios printed under the
 // table, which come from one run, not absolute numbers across runs. A
@@ -64,6 +74,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // options are the flags of the benchmark itself.
 type options struct {
 	proxy      string
+	baseline   string
 	n          int
 	rate       int
 	paced      time.Duration
@@ -83,9 +94,13 @@ type options struct {
 	profileFor time.Duration
 	timeout    time.Duration
 	verbose    bool
-	// only picks one part of the benchmark: "" (all), "rows" or
-	// "failover".
+	// only picks one part of the benchmark: "" (all), "rows",
+	// "webhook" or "failover".
 	only string
+	// The webhook rows: burst size and concurrent senders.
+	whN       int
+	whSenders int
+	whRate    int
 	// The Kafka failover section: publish rate and the proxies' group
 	// timing and lease (0: the proxy's defaults).
 	foRate      int
@@ -104,12 +119,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case cmdBareConsumer, cmdBareForwarder:
 			// Hidden: the bare rows' child processes.
 			return runBare(args[0], args[1:], stderr)
+		case cmdBareWebhook:
+			return runBareWebhook(args[1:], stderr)
 		}
 	}
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.proxy, "proxy", "bin/dedupe-proxy", "the dedupe-proxy binary (make build)")
+	fs.StringVar(&o.baseline, "baseline", "", "another dedupe-proxy binary (e.g. an older build): run (c) with it too, right after (c), and compare")
 	fs.IntVar(&o.n, "n", 50000, "backlog messages drained per row (msgs/s, CPU, Redis per message)")
 	fs.IntVar(&o.rate, "rate", 1000, "publish rate of the latency phase, msgs/s, the same for every row")
 	fs.DurationVar(&o.paced, "paced", 5*time.Second, "duration of the latency phase")
@@ -129,7 +147,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.profileFor, "profile-time", 4*time.Second, "CPU profile duration of the -profile runs")
 	fs.DurationVar(&o.timeout, "row-timeout", 90*time.Second, "give up on a row's drain after this long")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
-	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table) or failover (the Kafka failover section)")
+	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table), webhook (the webhook rows) or failover (the Kafka failover section)")
+	fs.IntVar(&o.whN, "webhook-n", 10000, "webhook rows: requests in the burst")
+	fs.IntVar(&o.whSenders, "webhook-senders", 32, "webhook rows: concurrent senders in the burst")
+	fs.IntVar(&o.whRate, "webhook-rate", 0, "webhook rows: the fixed rate after the burst, req/s (0: half the bare handler's req/s)")
 	fs.StringVar(&o.foWhich, "failover", "abc", "failover section: the scenarios to run, (a) SIGTERM, (b) SIGKILL, (c) a burst of SIGKILLs")
 	fs.DurationVar(&o.foWindow, "failover-window", 0, "failover section: the longest wait after the last signal for every partition to flow (0: session_timeout + rebalance_timeout + 5s)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the configs and child logs (their directory is printed to stderr)")
@@ -153,13 +174,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench: -kafka-ordering partition|key, -seenset redis|memory, -max-in-flight ≥ 1, -app-delay ≥ 0")
 		return 2
 	}
-	if o.only != "" && o.only != "rows" && o.only != "failover" || o.foRate < 1 {
-		fmt.Fprintln(stderr, "bench: -only rows|failover, -failover-rate ≥ 1")
+	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 || o.whRate < 0 {
+		fmt.Fprintln(stderr, "bench: -only rows|webhook|failover, -failover-rate, -webhook-n, -webhook-senders ≥ 1")
 		return 2
 	}
 	o.n -= o.n % 2 // (d) is exactly half duplicates
 	if _, err := os.Stat(o.proxy); err != nil {
 		fmt.Fprintf(stderr, "bench: proxy binary %s not found: run make build (make bench does it)\n", o.proxy)
+		return 2
+	}
+	if _, err := os.Stat(o.baseline); o.baseline != "" && err != nil {
+		fmt.Fprintf(stderr, "bench: -baseline binary %s not found\n", o.baseline)
 		return 2
 	}
 
@@ -178,7 +203,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	rep := &report{o: o, machine: b.machine(ctx)}
 	brokers := strings.Split(o.brokers, ",")
-	if o.only == "failover" {
+	if o.only == "failover" || o.only == "webhook" {
 		brokers = nil
 	}
 	for _, name := range brokers {
@@ -197,7 +222,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if o.only != "rows" && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
+	if (o.only == "" || o.only == "webhook") && slices.Contains(strings.Split(o.brokers, ","), "rabbitmq") && ctx.Err() == nil {
+		rep.webhook = b.measureWebhook(ctx)
+	}
+	if (o.only == "" || o.only == "failover") && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
 		rep.failover = b.measureFailover(ctx)
 	}
 	if o.profileDir != "" && ctx.Err() == nil {

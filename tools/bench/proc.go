@@ -99,6 +99,8 @@ type sample struct {
 	t        time.Time
 	settled  int64   // acked (or dead-lettered) messages so far
 	inflight float64 // proxy only
+	requeued int64   // proxy only: result="requeued"
+	busy     int64   // proxy only: event="busy"
 }
 
 // poll reads the child's progress: the proxy's /metrics (messages
@@ -138,15 +140,46 @@ func (c *child) poll(ctx context.Context) (sample, error) {
 		switch {
 		case bytes.HasPrefix(line, []byte("dedupe_proxy_messages_total{")):
 			if bytes.Contains(line, []byte(`result="requeued"`)) {
+				s.requeued += int64(lastFloat(line))
 				continue
 			}
 			s.settled += int64(lastFloat(line))
+		case bytes.HasPrefix(line, []byte("dedupe_proxy_events_total{")) && bytes.Contains(line, []byte(`event="busy"`)):
+			s.busy += int64(lastFloat(line))
 		case bytes.HasPrefix(line, []byte("dedupe_proxy_inflight_messages{")):
 			s.inflight += lastFloat(line)
 		}
 	}
 	s.t = time.Now()
 	return s, sc.Err()
+}
+
+// scrape reads every series of the proxy's /metrics whose name starts
+// with one of prefixes, by its full name with labels.
+func (c *child) scrape(ctx context.Context, prefixes ...string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.admin+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		for _, p := range prefixes {
+			if bytes.HasPrefix(line, []byte(p)) {
+				i := bytes.LastIndexByte(line, ' ')
+				out[string(line[:i])] = lastFloat(line)
+				break
+			}
+		}
+	}
+	return out, sc.Err()
 }
 
 func lastFloat(line []byte) float64 {
@@ -421,6 +454,7 @@ func (s *redisServer) stop() {
 // redisStats is one INFO reading.
 type redisStats struct {
 	reads int64            // total_reads_processed: one per request batch a client sent
+	cpu   time.Duration    // used_cpu_sys + used_cpu_user
 	calls map[string]int64 // commandstats calls, scripts' inner calls included
 }
 
@@ -429,15 +463,20 @@ type redisDelta struct {
 	trips   int64 // network round trips (reads), the benchmark's own INFO excluded
 	cmds    int64 // commands executed, inner calls of scripts included, INFO excluded
 	scripts int64 // EVAL/EVALSHA/FCALL calls
+	cpu     time.Duration
 }
 
 func (s *redisServer) snapshot(ctx context.Context) (redisStats, error) {
-	info, err := s.c.Info(ctx, "stats", "commandstats").Result()
+	info, err := s.c.Info(ctx, "stats", "cpu", "commandstats").Result()
 	if err != nil {
 		return redisStats{}, fmt.Errorf("private redis INFO: %w", err)
 	}
 	st := redisStats{calls: map[string]int64{}}
 	st.reads, _ = strconv.ParseInt(infoField(info, "total_reads_processed"), 10, 64)
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, _ := strconv.ParseFloat(infoField(info, f), 64)
+		st.cpu += time.Duration(v * float64(time.Second))
+	}
 	for line := range strings.SplitSeq(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
 		if !ok {
@@ -454,7 +493,7 @@ func (s *redisServer) snapshot(ctx context.Context) (redisStats, error) {
 }
 
 func (a redisStats) sub(b redisStats) redisDelta {
-	d := redisDelta{trips: a.reads - b.reads - 1} // a's own INFO was read before it ran
+	d := redisDelta{trips: a.reads - b.reads - 1, cpu: a.cpu - b.cpu} // a's own INFO was read before it ran
 	for name, n := range a.calls {
 		n -= b.calls[name]
 		switch name {

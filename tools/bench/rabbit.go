@@ -94,6 +94,8 @@ func (d *rabbitDest) cleanup() {
 
 func (d *rabbitDest) inflightBound() int { return d.b.o.prefetch }
 
+func (d *rabbitDest) setOrdering(string) {}
+
 func (d *rabbitDest) proxySource() string {
 	return fmt.Sprintf(`    type: rabbitmq
     rabbitmq:

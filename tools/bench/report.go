@@ -18,6 +18,7 @@ type report struct {
 	machine  []string
 	sections []*section
 	failover *failoverSection
+	webhook  *webhookSection
 	profiles []string
 }
 
@@ -109,6 +110,9 @@ func (r *report) failed() bool {
 			}
 		}
 	}
+	if r.webhook != nil && r.webhook.failed() {
+		return true
+	}
 	if r.failover != nil {
 		for _, row := range r.failover.rows {
 			if row.err != nil {
@@ -128,11 +132,15 @@ func (r *report) print(w io.Writer) {
 		r.printTable(w)
 	}
 	r.printCPU(w)
+	r.printPhases(w)
 	for _, s := range r.sections {
-		if s.missing != "" || len(s.rows) < 4 {
+		if s.missing != "" || len(s.rows) < 3 {
 			continue
 		}
 		r.printRatios(w, s)
+	}
+	if r.webhook != nil {
+		r.webhook.print(w, r.o)
 	}
 	if r.failover != nil {
 		r.failover.print(w)
@@ -150,21 +158,21 @@ func (r *report) print(w io.Writer) {
 // printTable prints the rows of every broker.
 func (r *report) printTable(w io.Writer) {
 	fmt.Fprintln(w)
-	const head = "%-38s %9s %9s %9s %8s %8s %10s %9s\n"
+	const head = "%-42s %9s %9s %9s %8s %8s %10s %9s\n"
 	fmt.Fprintf(w, head, "", "msgs/s", "p50", "p99", "Redis", "Redis", "CPU s per", "peak RSS")
 	fmt.Fprintf(w, head, "", "", "latency", "latency", "rt/msg", "cmd/msg", "100k msgs", "MiB")
 	for _, s := range r.sections {
 		fmt.Fprintln(w, s.broker)
 		if s.missing != "" {
 			for _, k := range rowKinds {
-				fmt.Fprintf(w, "  (%s) %-33s %s\n", k.letter(), k.label(), s.missing)
+				fmt.Fprintf(w, "  (%s) %-37s %s\n", k.letter(), k.label(), s.missing)
 			}
 			continue
 		}
 		for _, row := range s.rows {
 			name := fmt.Sprintf("  (%s) %s", row.kind.letter(), row.kind.label())
 			if row.err != nil && row.rate == 0 {
-				fmt.Fprintf(w, "%-38s error: %v\n", name, row.err)
+				fmt.Fprintf(w, "%-42s error: %v\n", name, row.err)
 				continue
 			}
 			trips, cmds := "-", "-"
@@ -175,7 +183,7 @@ func (r *report) printTable(w io.Writer) {
 			if row.latWhat == "publish→consume" {
 				p50, p99 = p50+"*", p99+"*"
 			}
-			fmt.Fprintf(w, "%-38s %9s %9s %9s %8s %8s %10.2f %9.1f\n", name, thousands(row.rate), p50, p99,
+			fmt.Fprintf(w, "%-42s %9s %9s %9s %8s %8s %10.2f %9.1f\n", name, thousands(row.rate), p50, p99,
 				trips, cmds, row.cpuPer100k, row.rssMiB)
 			if row.err != nil {
 				fmt.Fprintf(w, "      error after measuring: %v\n", row.err)
@@ -186,8 +194,43 @@ func (r *report) printTable(w io.Writer) {
 	fmt.Fprintln(w, "  msgs/s: drain of the pre-published backlog, from the first settled message to the last.")
 	fmt.Fprintln(w, "  latency: publish→app at the fixed rate, publish time carried in the body; * (a) has no app: publish→consume.")
 	fmt.Fprintln(w, "  Redis rt/msg: network round trips (INFO total_reads_processed) per message during the drain;")
-	fmt.Fprintln(w, "  cmd/msg: INFO commandstats calls per message, commands run inside the Lua scripts included.")
+	fmt.Fprintln(w, "  cmd/msg: INFO commandstats calls per message, commands run inside Lua scripts included.")
+	fmt.Fprintln(w, "  (e): Kafka ordering key (different record keys of a partition overlap, max_in_flight), 0% duplicates.")
 	fmt.Fprintln(w, "  CPU and peak RSS: the consumer process only (/proc/<pid>/stat utime+stime over the drain; VmHWM).")
+}
+
+// printPhases says where a proxy row's time went at the fixed rate: the
+// claim is the one seen-set round trip between publish and app (the
+// commit comes after the app answered), and GC pauses stop every worker.
+func (r *report) printPhases(w io.Writer) {
+	var any bool
+	for _, s := range r.sections {
+		for _, x := range s.rows {
+			any = any || x.phase != nil
+		}
+	}
+	if !any {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Proxy rows at the fixed rate (%d msgs/s for %s), from the proxy's own histograms:\n", r.o.rate, r.o.paced)
+	const head = "%-42s %9s %9s %9s %9s %9s %9s %9s\n"
+	fmt.Fprintf(w, head, "", "claim", "claims", "claims", "forward", "commit", "GC", "GC pause")
+	fmt.Fprintf(w, head, "", "mean", "> 1 ms", "> 5 ms", "mean", "mean", "cycles", "total")
+	for _, s := range r.sections {
+		fmt.Fprintln(w, s.broker)
+		for _, x := range s.rows {
+			pt := x.phase
+			if pt == nil {
+				continue
+			}
+			fmt.Fprintf(w, "%-42s %9s %8.1f%% %8.1f%% %9s %9s %9.0f %9s\n", fmt.Sprintf("  (%s) %s", x.kind.letter(), x.kind.label()),
+				ms(pt.claimMean), 100*pt.claimsOver1ms, 100*pt.claimsOver5, ms(pt.forwardMean), ms(pt.commitMean), pt.gcCycles, ms(pt.gcPause))
+		}
+	}
+	fmt.Fprintln(w, "  claim: the seen-set wait before the forward (a batch claim counts once); commit: after the app's 2xx,")
+	fmt.Fprintln(w, "  so not in publish→app; claims > 1 ms: from the histogram's buckets; GC: cycles and stop-the-world")
+	fmt.Fprintln(w, "  pause summed over the phase.")
 }
 
 // printCPU says where the machine's CPU went during each drain: on a
@@ -203,7 +246,7 @@ func (r *report) printCPU(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "CPU during the drain, seconds per 100k messages, by process:")
-	const head = "%-38s %9s %9s %9s %9s %9s %9s\n"
+	const head = "%-42s %9s %9s %9s %9s %9s %9s\n"
 	fmt.Fprintf(w, head, "", "consumer", "Redis", "RabbitMQ", "bench", "other", "machine")
 	fmt.Fprintf(w, head, "", "", "server", "server", "process", "processes", "busy")
 	for _, s := range r.sections {
@@ -228,7 +271,7 @@ func (r *report) printCPU(w io.Writer) {
 			if row.cpuBroker > 0 {
 				rabbit = fmt.Sprintf("%.2f", row.cpuBroker)
 			}
-			fmt.Fprintf(w, "%-38s %9.2f %9s %9s %9.2f %9.2f %9s\n", fmt.Sprintf("  (%s) %s", row.kind.letter(), row.kind.label()),
+			fmt.Fprintf(w, "%-42s %9.2f %9s %9s %9.2f %9.2f %9s\n", fmt.Sprintf("  (%s) %s", row.kind.letter(), row.kind.label()),
 				row.cpuPer100k, redis, rabbit, row.cpuSelf, row.cpuRest, busy)
 		}
 	}
@@ -238,9 +281,34 @@ func (r *report) printCPU(w io.Writer) {
 	fmt.Fprintln(w, "  measured in a few 10 ms clock ticks, so only its order of magnitude holds.")
 }
 
+// rowOf is the section's row of kind k, nil when it did not run.
+func (s *section) rowOf(k rowKind) *row {
+	for _, x := range s.rows {
+		if x.kind == k {
+			return x
+		}
+	}
+	return nil
+}
+
+// Project targets, all within one run. Throughput: the proxy drains a
+// backlog at least this share of the bare forwarder's rate.
+const (
+	targetRabbitRatio = 0.90
+	targetKafkaRatio  = 0.85 // partition order
+	targetKeyRatio    = 1.00 // ordering: key vs the bare partition-order forwarder
+	targetCPURatio    = 1.25 // proxy CPU per message vs the bare forwarder's
+	targetRedisCmds   = 2.0  // Redis commands per forwarded message
+	targetRedisCPU    = 0.50 // Redis server CPU per message vs -baseline
+	targetAddedP50    = 300 * time.Microsecond
+	targetAddedP99    = time.Millisecond
+)
+
 func (r *report) printRatios(w io.Writer, s *section) {
-	a, bf, c, d := s.rows[0], s.rows[1], s.rows[2], s.rows[3]
-	fmt.Fprintf(w, "\n%s — ratios from this run, against the targets of issue 7 (a report, not a gate):\n", s.broker)
+	a, bf, c, d := s.rowOf(bareConsumer), s.rowOf(bareForwarder), s.rowOf(proxyUnique), s.rowOf(proxyHalfDup)
+	e, base := s.rowOf(proxyKeyOrder), s.rowOf(proxyBaseline)
+	kafka := e != nil || strings.HasPrefix(s.broker, "Kafka")
+	fmt.Fprintf(w, "\n%s — the project's targets, ratios from this run (a report, not a gate):\n", s.broker)
 	line := func(what, value, target string, ok, known bool) {
 		mark := "-"
 		if known {
@@ -249,19 +317,27 @@ func (r *report) printRatios(w io.Writer, s *section) {
 				mark = "ok"
 			}
 		}
-		fmt.Fprintf(w, "  %-52s %10s   %-14s %s\n", what, value, target, mark)
+		fmt.Fprintf(w, "  %-56s %10s   %-14s %s\n", what, value, target, mark)
 	}
 	usable := func(rs ...*row) bool {
 		for _, x := range rs {
-			if x.rate == 0 {
+			if x == nil || x.rate == 0 {
 				return false
 			}
 		}
 		return true
 	}
 	if usable(c, bf) {
-		v := c.rate / bf.rate
-		line("(c)/(b) throughput, proxy vs bare forwarder", fmt.Sprintf("%.2f", v), "≥ 0.90", v >= 0.90, true)
+		v, t, what := c.rate/bf.rate, targetRabbitRatio, "(c)/(b) throughput, proxy vs bare forwarder"
+		if kafka {
+			t, what = targetKafkaRatio, "(c)/(b) throughput, partition order, proxy vs bare"
+		}
+		line(what, fmt.Sprintf("%.2f", v), fmt.Sprintf("≥ %.2f", t), v >= t, true)
+	}
+	if usable(e, bf) {
+		v := e.rate / bf.rate
+		line("(e)/(b) throughput, ordering key vs bare partition order", fmt.Sprintf("%.2f", v),
+			fmt.Sprintf("≥ %.2f", targetKeyRatio), v >= targetKeyRatio, true)
 	}
 	if usable(c, bf) && c.cpuRedis > 0 {
 		// Everything shares the machine's cores, so a drain's rate
@@ -278,39 +354,76 @@ func (r *report) printRatios(w io.Writer, s *section) {
 	if usable(bf, a) {
 		line("(b)/(a) throughput, forwarding vs consuming only", fmt.Sprintf("%.2f", bf.rate/a.rate), "", false, false)
 	}
+	if usable(c, bf) && bf.cpuPer100k > 0 {
+		v := c.cpuPer100k / bf.cpuPer100k
+		line("proxy CPU per message, (c) / bare forwarder (b)", fmt.Sprintf("%.2f×", v),
+			fmt.Sprintf("≤ %.2f×", targetCPURatio), v <= targetCPURatio, true)
+	}
+	if usable(c) && c.hasRedis {
+		line("Redis commands per forwarded message, (c) drain", fmt.Sprintf("%.2f", c.cmdsPerMsg),
+			fmt.Sprintf("≤ %.0f", targetRedisCmds), c.cmdsPerMsg <= targetRedisCmds+0.005, true)
+		line("Redis scripts (EVAL/EVALSHA/FCALL) per message, (c) drain", fmt.Sprintf("%.2f", c.scriptsMsg),
+			"= 0", c.scriptsMsg == 0, true)
+		line("Redis round trips per message, (c) drain", fmt.Sprintf("%.2f", c.tripsPerMsg), "", false, false)
+		if c.latN > 0 {
+			line("Redis round trips per message, (c) at the fixed rate", fmt.Sprintf("%.2f", c.tripsPaced), "", false, false)
+		}
+		line("Redis server CPU (INFO used_cpu) s per 100k forwarded, (c)", fmt.Sprintf("%.3f", c.redisCPU), "", false, false)
+		if usable(base) && base.hasRedis && base.redisCPU > 0 {
+			line("  the same with -baseline, (c0)", fmt.Sprintf("%.3f", base.redisCPU), "", false, false)
+			v := c.redisCPU / base.redisCPU
+			line("  (c)/(c0) Redis server CPU per forwarded message", fmt.Sprintf("%.2f", v),
+				fmt.Sprintf("≤ %.2f", targetRedisCPU), v <= targetRedisCPU, true)
+			line("  (c0) Redis commands / scripts per message", fmt.Sprintf("%.2f/%.2f", base.cmdsPerMsg, base.scriptsMsg), "", false, false)
+			line("  (c)/(c0) throughput, this binary vs -baseline", fmt.Sprintf("%.2f", c.rate/base.rate), "", false, false)
+		}
+	}
 	if usable(c, d) && d.skipRate > 0 {
 		v := d.skipRate / c.rate
 		line(fmt.Sprintf("(d) duplicate skips/s (%s) vs (c) forwards/s", thousands(d.skipRate)), fmt.Sprintf("%.2f×", v), "≥ 2×", v >= 2, true)
 	} else if usable(c, d) {
 		line("(d) duplicate skip speed vs (c)", "n/a", "≥ 2×", false, false)
 	}
-	if c.latN > 0 && c.rate > 0 && c.hasRedis {
-		line("Redis round trips per forwarded message, (c) paced", fmt.Sprintf("%.2f", c.tripsPaced), "≤ 2", c.tripsPaced <= 2, true)
-		line("Redis round trips per message, (c) backlog burst", fmt.Sprintf("%.2f", c.tripsPerMsg), "< 1", c.tripsPerMsg < 1, true)
+	if usable(d) && !kafka {
+		// Every key is held by this one replica: a duplicate that finds
+		// its original in flight waits for it here.
+		line(fmt.Sprintf("(d) messages requeued (busy keys met and waited for here: %d)", d.busyEvents), fmt.Sprintf("%d", d.requeued), "= 0", d.requeued == 0, true)
 	}
-	if c.rate > 0 && c.hasRedis {
-		line("Redis scripts (EVAL/EVALSHA) per message, (c) burst", fmt.Sprintf("%.2f", c.scriptsMsg), "", false, false)
+	if c != nil && bf != nil && c.latN > 0 && bf.latN > 0 {
+		p50, p99 := c.p50-bf.p50, c.p99-bf.p99
+		line(fmt.Sprintf("latency added at %d msgs/s, p50 (c)−(b)", r.o.rate), signedMs(p50), "≤ "+ms(targetAddedP50), p50 <= targetAddedP50, true)
+		line(fmt.Sprintf("latency added at %d msgs/s, p99 (c)−(b)", r.o.rate), signedMs(p99), "≤ "+ms(targetAddedP99), p99 <= targetAddedP99, true)
+		if e != nil && e.latN > 0 {
+			line("  ordering key, p50 / p99 (e)−(b)", signedMs(e.p50-bf.p50)+" / "+signedMs(e.p99-bf.p99), "", false, false)
+		}
 	}
-	if usable(c, bf) && bf.cpuPer100k > 0 {
-		v := c.cpuPer100k / bf.cpuPer100k
-		line("CPU per message, proxy (c) / bare forwarder (b)", fmt.Sprintf("%.2f×", v), "≤ 1.2×", v <= 1.2, true)
+	var peak float64
+	for _, x := range []*row{c, d, e} {
+		if x != nil {
+			peak = max(peak, x.rssMiB)
+		}
 	}
-	if c.rssMiB > 0 {
-		peak := max(c.rssMiB, d.rssMiB)
-		line("proxy peak RSS, (c) and (d)", fmt.Sprintf("%.1f MiB", peak), "< 40 MiB", peak < 40, true)
+	if peak > 0 {
+		line("proxy peak RSS, (c), (d), (e)", fmt.Sprintf("%.1f MiB", peak), "< 40 MiB", peak < 40, true)
 	}
-	if c.rate > 0 {
-		hi := max(c.inflightMax, d.inflightMax)
-		line(fmt.Sprintf("proxy in-flight, highest sampled (bound %d)", c.bound), fmt.Sprintf("%.0f", hi),
-			fmt.Sprintf("≤ %d", c.bound), hi <= float64(c.bound), true)
+	for _, x := range []*row{c, d, e} {
+		if x != nil && x.rate > 0 {
+			line(fmt.Sprintf("(%s) proxy in-flight, highest sampled (bound %d)", x.kind.letter(), x.bound), fmt.Sprintf("%.0f", x.inflightMax),
+				fmt.Sprintf("≤ %d", x.bound), x.inflightMax <= float64(x.bound), true)
+		}
 	}
-	for _, x := range []*row{bf, c, d} {
+	for _, x := range s.rows {
 		if x.appWant > 0 {
 			ok := x.appGot == x.appWant
 			line(fmt.Sprintf("(%s) requests the app received", x.kind.letter()), fmt.Sprintf("%d", x.appGot),
 				fmt.Sprintf("= %d", x.appWant), ok, true)
 		}
 	}
+}
+
+// signedMs is a latency difference in ms with its sign.
+func signedMs(d time.Duration) string {
+	return fmt.Sprintf("%+.2fms", float64(d)/float64(time.Millisecond))
 }
 
 func ms(d time.Duration) string {
