@@ -71,7 +71,7 @@ func (r Report) Print(w io.Writer) {
 			warns++
 		}
 	}
-	fmt.Fprintf(w, "%d checks: %d failed, %d warnings\n", len(r), fails, warns)
+	fmt.Fprintf(w, "%d checks: %d failed, %s\n", len(r), fails, plural(warns, "warning"))
 }
 
 // Options tune Run.
@@ -179,4 +179,11 @@ func redactURL(raw string) string {
 	}
 	u.User, u.RawQuery = nil, ""
 	return strings.TrimSuffix(u.String(), "/")
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
