@@ -17,7 +17,7 @@ import (
 
 // durabilityProxy runs a proxy whose seen-set is the private server rs,
 // logging JSON into buf.
-func durabilityProxy(t *testing.T, rs *testutil.RedisServer, buf *syncBuffer, mutate func(*config.Config)) *proxy {
+func durabilityProxy(t *testing.T, rs *testutil.RedisServer, buf *testutil.LogBuffer, mutate func(*config.Config)) *proxy {
 	t.Helper()
 	h := newHarness(t, func(c *config.Config) {
 		withAdmin(c)
@@ -31,7 +31,7 @@ func durabilityProxy(t *testing.T, rs *testutil.RedisServer, buf *syncBuffer, mu
 }
 
 // warnLines are the WARN messages of a JSON log that contain sub.
-func warnLines(t *testing.T, buf *syncBuffer, sub string) []string {
+func warnLines(t *testing.T, buf *testutil.LogBuffer, sub string) []string {
 	t.Helper()
 	var out []string
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
@@ -55,7 +55,7 @@ func TestDurabilityWarnings(t *testing.T) {
 	ctx := context.Background()
 
 	risky := testutil.StartRedisWith(t, "--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru")
-	var buf syncBuffer
+	var buf testutil.LogBuffer
 	p := durabilityProxy(t, risky, &buf, nil)
 	testutil.Eventually(t, 10*time.Second, "gauges set at start", func() bool {
 		return p.gauge(t, "dedupe_proxy_seenset_evicting") == 1 && p.gauge(t, "dedupe_proxy_seenset_persistent") == 0
@@ -79,7 +79,7 @@ func TestDurabilityWarnings(t *testing.T) {
 	}
 
 	safe := testutil.StartRedisWith(t, "--maxmemory", "64mb", "--maxmemory-policy", "noeviction", "--appendonly", "yes")
-	var sbuf syncBuffer
+	var sbuf testutil.LogBuffer
 	sp := durabilityProxy(t, safe, &sbuf, nil)
 	testutil.Eventually(t, 10*time.Second, "gauges set at start", func() bool {
 		return sp.gauge(t, "dedupe_proxy_seenset_evicting") == 0 && sp.gauge(t, "dedupe_proxy_seenset_persistent") == 1
@@ -119,7 +119,7 @@ func TestDurabilityInfoRefused(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", "proxy", "on", ">pw", "~*", "+@all", "-info").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var buf syncBuffer
+	var buf testutil.LogBuffer
 	p := durabilityProxy(t, rs, &buf, func(c *config.Config) {
 		c.SeenSet.Redis.Username = "proxy"
 		c.SeenSet.Redis.Password = "pw"

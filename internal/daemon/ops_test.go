@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -522,24 +521,6 @@ func TestHealthGatingShutdownRequeues(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer the daemon's goroutines can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // One JSON line per failed attempt, with key, source, attempt and reason;
 // the body only with log.bodies: true.
 func TestFailureLogLineAndBodies(t *testing.T) {
@@ -547,7 +528,7 @@ func TestFailureLogLineAndBodies(t *testing.T) {
 	for _, bodies := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bodies=%v", bodies), func(t *testing.T) {
 			h := newHarness(t, func(c *config.Config) { c.Log.Bodies = bodies })
-			var buf syncBuffer
+			var buf testutil.LogBuffer
 			h.logger = newLogger(config.Log{Level: "info", Format: "json"}, &buf)
 			h.app.SetRespond(func(_ *testutil.Request, n int) int {
 				if n == 0 {
@@ -596,7 +577,7 @@ func TestWarnsWhenTTLShorterThanRedeliveryHorizon(t *testing.T) {
 		c.SeenSet.TTL = time.Hour
 		c.Sources[0].MaxRedeliveryDelay = 2 * time.Hour
 	})
-	var buf syncBuffer
+	var buf testutil.LogBuffer
 	d, err := New(&h.cfg, Deps{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func TestAppURLPasswordStaysOutOfLogsAndDeadLetters(t *testing.T) {
 	})
 	dlq := h.rabbit.Queue("dptest.dlq.", nil)
 	h.cfg.Sources[0].RabbitMQ.DeadLetter = config.RabbitDeadLetter{Mode: "publish", RoutingKey: dlq}
-	var buf syncBuffer
+	var buf testutil.LogBuffer
 	h.logger = newLogger(config.Log{Level: "debug", Format: "json"}, &buf)
 	p := h.start()
 	h.rabbit.Publish(h.queue, amqp.Publishing{Body: envelope("secret-1", ""), MessageId: "secret-1"})

@@ -44,7 +44,7 @@ func clusterPlan(prefix string, n int) (ids []string, sends []string) {
 // checkCluster checks every id was effected once, is done in the seen-set
 // and that the keys spread over every master, and that the proxy reports
 // the cluster on /readyz and in its start-up log.
-func checkCluster(t *testing.T, h *harness, p *proxy, c *testutil.RedisCluster, ids []string, log *syncBuffer) {
+func checkCluster(t *testing.T, h *harness, p *proxy, c *testutil.RedisCluster, ids []string, log *testutil.LogBuffer) {
 	t.Helper()
 	effects := h.app.Effects()
 	for _, id := range ids {
@@ -87,7 +87,7 @@ func TestRabbitOnRedisCluster(t *testing.T) {
 	t.Parallel()
 	c := testutil.StartRedisCluster(t, testutil.RedisClusterOptions{})
 	h := newHarness(t, withCluster(c, 0))
-	var log syncBuffer
+	var log testutil.LogBuffer
 	h.logger = slog.New(slog.NewJSONHandler(&log, nil))
 	p1, p2 := h.start(), h.start()
 	ids, sends := clusterPlan("rc", 300)
@@ -113,7 +113,7 @@ func TestKafkaOnRedisClusterWithReplicaWait(t *testing.T) {
 	t.Parallel()
 	c := testutil.StartRedisCluster(t, testutil.RedisClusterOptions{})
 	h := newKafkaHarness(t, 6, withCluster(c, 1))
-	var log syncBuffer
+	var log testutil.LogBuffer
 	h.logger = slog.New(slog.NewJSONHandler(&log, nil))
 	p1, p2 := h.start(), h.start()
 	ids, sends := clusterPlan("kc", 300)

@@ -1,10 +1,8 @@
 package kafka_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,30 +10,13 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Connections to the broker cut under three partitions: fetching fails on
 // each, but the log says so once for the source, and once that it works
 // again — not a warning per partition and retry.
 func TestFetchFailureLoggedOncePerOutage(t *testing.T) {
 	c := kafkatest.Start(t, 3, []string{"orders"})
 	o := options(c, "orders")
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var col collector
 	r := start(t, o, col.handle)

@@ -1,11 +1,9 @@
 package rabbitmq_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
-
-// syncBuffer collects a logger's output across goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // A dead letter to a missing exchange makes RabbitMQ close the publishing
 // channel (404) but not the connection. The message is requeued, /readyz
@@ -52,7 +32,7 @@ func TestDeadLetterChannelReopensAfterChannelError(t *testing.T) {
 	})
 	r.Publish(q, amqp.Publishing{Body: []byte("poison")})
 
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	o := options(q)
 	o.DeadLetterMode = rabbitmq.DeadLetterPublish
 	o.DeadLetterExchange = exchange

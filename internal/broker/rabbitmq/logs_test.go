@@ -27,7 +27,7 @@ func TestBrokerDownAndUpLoggedOnce(t *testing.T) {
 	uri.Host = host
 	uri.Port, _ = strconv.Atoi(port)
 
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	o := options(r.Queue("dptest.logs.", nil))
 	o.URL = uri.String()
 	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
