@@ -45,7 +45,10 @@ func newRedisNode(dir string, args ...string) (*RedisNode, error) {
 }
 
 // start runs the process and waits until it answers PING.
-func (n *RedisNode) start() error {
+func (n *RedisNode) start() error { return n.startWith() }
+
+// startWith starts the process with extra arguments for this start only.
+func (n *RedisNode) startWith(extra ...string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd != nil {
@@ -56,6 +59,7 @@ func (n *RedisNode) start() error {
 		return fmt.Errorf("redis-server is not on PATH (install it, e.g. apt-get install redis-server): %w", err)
 	}
 	args := append([]string{}, n.args...)
+	args = append(args, extra...)
 	args = append(args, "--port", strconv.Itoa(n.Port), "--bind", "127.0.0.1", "--dir", n.dir,
 		"--daemonize", "no", "--logfile", "")
 	cmd := exec.Command(bin, args...)
@@ -106,6 +110,18 @@ func (n *RedisNode) Kill() {
 // Cluster node finds its nodes.conf and rejoins (as a replica when its
 // slots moved meanwhile); its data is gone, as these nodes keep none.
 func (n *RedisNode) Restart() error { return n.start() }
+
+// RestartAsReplicaOf starts a stopped node as a replica of master
+// (host:port), as a node managed by Sentinel must come back after a
+// failover: restarted empty as a master it would take writes until the
+// sentinels demote it, and lose them then.
+func (n *RedisNode) RestartAsReplicaOf(master string) error {
+	host, port, err := net.SplitHostPort(master)
+	if err != nil {
+		return err
+	}
+	return n.startWith("--replicaof", host, port)
+}
 
 // Running reports whether the process is up.
 func (n *RedisNode) Running() bool {
