@@ -28,6 +28,7 @@ func (c *checker) seenSet(cfg *config.Config) {
 	}
 	o := &redis.UniversalOptions{
 		Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
+		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
 		DialTimeout: min(r.DialTimeout, c.timeout), ReadTimeout: min(r.ReadTimeout, c.timeout), WriteTimeout: min(r.WriteTimeout, c.timeout),
 		PoolSize: 2, MaxRetries: -1, ContextTimeoutEnabled: true,
 	}
@@ -84,6 +85,7 @@ func (c *checker) seenSet(cfg *config.Config) {
 func (c *checker) topology(check string, r config.Redis) {
 	o := seenset.RedisOptions{
 		Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
+		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
 		DialTimeout: min(r.DialTimeout, c.timeout), ReadTimeout: min(r.ReadTimeout, c.timeout), WriteTimeout: min(r.WriteTimeout, c.timeout),
 		PoolSize: 2, WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout,
 	}
