@@ -3,7 +3,7 @@ package webhook
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"io"
 	"log/slog"
@@ -114,8 +114,13 @@ func NewHandler(o Options) *Handler {
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
+	// The pipeline's token shape: 64 random bits as 11 base64url
+	// characters, then a counter. Short enough that a value stays in
+	// Redis' 48-byte allocation class (the former "wh-<hex>-" prefix left
+	// it after 46,656 requests: 16 bytes more per key); tokens are only
+	// compared whole, so replicas of either shape work together.
 	return &Handler{o: o, log: o.Logger.With("source", o.Name), m: o.Metrics,
-		slots: make(chan struct{}, o.MaxConcurrent), tokenPfx: "wh-" + hex.EncodeToString(b) + "-"}
+		slots: make(chan struct{}, o.MaxConcurrent), tokenPfx: base64.RawURLEncoding.EncodeToString(b)}
 }
 
 func (h *Handler) refuse(w http.ResponseWriter, status int, reason, msg string, retryAfter time.Duration) {
