@@ -237,6 +237,28 @@ func TestRedisDeployment(t *testing.T) {
 	has(t, r, doctor.Warn, "redis "+cl.Addrs()[0], "is a Cluster node but seenset.redis.addrs lists one address")
 }
 
+// Sentinels that require a password: doctor connects with
+// sentinel_password and reports the Sentinel deployment; without it the
+// Redis line fails naming the setting.
+func TestRedisSentinelAuth(t *testing.T) {
+	sn := testutil.StartRedisSentinel(t, testutil.RedisSentinelOptions{Replicas: 1, SentinelPassword: "sentinel-s3cret"})
+	c := config.Default()
+	c.Consumer, c.Admin.Listen, c.App.URL = "doctor", "", "http://127.0.0.1:1"
+	c.SeenSet.Redis.Addrs, c.SeenSet.Redis.MasterName = sn.SentinelAddrs(), sn.MasterName
+	c.SeenSet.Redis.SentinelPassword = "sentinel-s3cret"
+	check := "redis sentinel master " + sn.MasterName
+	r, _ := run(t, &c)
+	has(t, r, doctor.OK, check, "reachable")
+	has(t, r, doctor.OK, check, "deployment: sentinel, 1 master, 1 replica")
+
+	c.SeenSet.Redis.SentinelPassword = ""
+	r, out := run(t, &c)
+	has(t, r, doctor.Fail, check, "the sentinels refused the credentials: set seenset.redis.sentinel_password")
+	if strings.Contains(out, "sentinel-s3cret") {
+		t.Errorf("password printed:\n%s", out)
+	}
+}
+
 // A group with a live member is described with its state and members.
 func TestKafkaGroupWithMember(t *testing.T) {
 	c := kafkatest.Start(t, 1, []string{"events"})

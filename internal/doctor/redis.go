@@ -37,9 +37,13 @@ func (c *checker) seenSet(cfg *config.Config) {
 	}
 	cl := redis.NewUniversalClient(o)
 	defer cl.Close()
+	// The seen-set's own wrapper: its errors name the setting to fix (the
+	// sentinels refusing the credentials, for one).
+	sr := seenset.NewRedisWithClient(cl, r.Prefix)
+	defer sr.Close()
 	ctx, cancel := c.context()
 	defer cancel()
-	if err := cl.Ping(ctx).Err(); err != nil {
+	if err := sr.Ping(ctx); err != nil {
 		c.add(Fail, check, "not reachable: %v", err)
 		return
 	}
@@ -47,7 +51,7 @@ func (c *checker) seenSet(cfg *config.Config) {
 	c.redisVersion(check, cl)
 	c.topology(check, r)
 
-	d, err := seenset.NewRedisWithClient(cl, r.Prefix).Durability(ctx)
+	d, err := sr.Durability(ctx)
 	if err != nil {
 		c.add(Fail, check, "cannot read its durability: %v", err)
 		return
