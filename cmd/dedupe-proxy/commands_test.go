@@ -48,6 +48,7 @@ admin:
   token: admintoken123
 seenset:
   redis:
+    master_name: seenset
     password: redispass123
 sources:
   - name: orders
@@ -71,11 +72,12 @@ sources:
 `)
 	t.Setenv("HOOK_SECRET", "hooksecret123")
 	t.Setenv("DEDUPE_PROXY_APP_URL", "http://app:pw123@127.0.0.1:8081")
+	t.Setenv("DEDUPE_PROXY_SEENSET_REDIS_SENTINEL_PASSWORD", "sentinelpass123")
 	code, out, errOut := cli("config", "print", "--config", p)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, secret := range []string{"admintoken123", "redispass123", "rabbitpass123", "saslpass123", "hooksecret123", "pw123"} {
+	for _, secret := range []string{"admintoken123", "redispass123", "rabbitpass123", "saslpass123", "hooksecret123", "pw123", "sentinelpass123"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("secret %s printed:\n%s", secret, out)
 		}
@@ -86,6 +88,7 @@ sources:
 		"  timeout: 10s # default\n",
 		"  token: <redacted> # file\n",
 		"    password: <redacted> # file\n",
+		"    sentinel_password: <redacted> # env DEDUPE_PROXY_SEENSET_REDIS_SENTINEL_PASSWORD\n",
 		"      url: amqp://user:<redacted>@rabbit:5672/ # file\n",
 		"        password: <redacted> # file\n",
 		"      secrets: ['env:HOOK_SECRET'] # file\n",

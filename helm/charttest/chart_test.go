@@ -432,6 +432,7 @@ func TestRenderFailures(t *testing.T) {
 		{[]string{"--set", "config.admin.listen=127.0.0.1:9090"}, "is loopback"},
 		{[]string{"--set-string", "config.admin.listen=9090"}, "must be host:port"},
 		{[]string{"--set", "config.seenset.redis.password=s3cret"}, "credentials.redisPassword"},
+		{[]string{"--set", "config.seenset.redis.sentinel_password=s3cret"}, "credentials.redisSentinelPassword"},
 		{[]string{"--set", "config.admin.token=s3cret"}, "credentials.adminToken"},
 		{[]string{"--set", "config.sources[0].name=orders", "--set", "config.sources[0].rabbitmq.queue=orders", "--set", "config.sources[0].rabbitmq.url=amqp://u:p@rabbit:5672/"}, "credentials.sources.orders.rabbitmqUrl"},
 		{[]string{"--set", "config.app.url=http://svc:s3cret@127.0.0.1:8080"}, "put the URL in a Secret and name it in credentials.appUrl, which sets DEDUPE_PROXY_APP_URL"},
@@ -443,6 +444,7 @@ func TestRenderFailures(t *testing.T) {
 		{[]string{"--set", "mode=sidecar"}, "/mode"},
 		{[]string{"--set", "enableServiceLinks=false"}, "additional properties 'enableServiceLinks' not allowed"},
 		{[]string{"--set", "mode=shared", "--set", "credentials.redisPassword.secretName=redis"}, "credentials.redisPassword: mode shared renders no pod; put the variable in a Secret named by the workloads' dedupe-proxy.io/secrets annotation"},
+		{[]string{"--set", "mode=shared", "--set", "credentials.redisSentinelPassword.secretName=redis"}, "credentials.redisSentinelPassword: mode shared renders no pod"},
 		{[]string{"--set", "mode=shared", "--set", "credentials.sources.orders.rabbitmqUrl.secretName=s", "--set", "credentials.sources.orders.rabbitmqUrl.key=url"}, "mode shared renders no pod"},
 		{[]string{"--set", "webhook.service.enabled=true"}, "webhook.service.enabled: config.sources has no source of type webhook"},
 		{[]string{"--set", "webhook.ingress.enabled=true"}, "webhook.ingress.enabled needs webhook.service.enabled"},
@@ -692,5 +694,34 @@ func TestValuesCommented(t *testing.T) {
 	sort.Strings(missing)
 	for _, m := range missing {
 		t.Errorf("values.yaml %s has no comment above it", m)
+	}
+}
+
+// TestSentinelCredentials: the Sentinel example's credentials (the ACL
+// user for the data servers, the sentinels' own password) reach the proxy
+// as variables from the named Secrets.
+func TestSentinelCredentials(t *testing.T) {
+	objs := render(t, filepath.Join(chartDir, "ci", "redis-sentinel-values.yaml"))
+	proxy, _, err := Proxy(objs.Deployments[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{
+		"DEDUPE_PROXY_SEENSET_REDIS_USERNAME":          {"redis-acl-billing", "username"},
+		"DEDUPE_PROXY_SEENSET_REDIS_PASSWORD":          {"redis-acl-billing", "password"},
+		"DEDUPE_PROXY_SEENSET_REDIS_SENTINEL_PASSWORD": {"redis-sentinel", "sentinel-password"},
+	}
+	for _, e := range proxy.Env {
+		w, ok := want[e.Name]
+		if !ok {
+			continue
+		}
+		if r := e.ValueFrom; r == nil || r.SecretKeyRef == nil || r.SecretKeyRef.Name != w[0] || r.SecretKeyRef.Key != w[1] {
+			t.Errorf("%s = %+v, want Secret %s key %s", e.Name, e.ValueFrom, w[0], w[1])
+		}
+		delete(want, e.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("proxy env lacks %v", slices.Sorted(maps.Keys(want)))
 	}
 }

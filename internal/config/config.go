@@ -87,6 +87,11 @@ type Redis struct {
 	// HashKeysOver > 0 stores keys longer than that many bytes as their
 	// SHA-256; every replica of a consumer must agree on it.
 	HashKeysOver int `mapstructure:"hash_keys_over"`
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// themselves (their requirepass or ACL user), which are separate from
+	// the data servers' Username and Password: with master_name only.
+	SentinelUsername string `mapstructure:"sentinel_username"`
+	SentinelPassword string `mapstructure:"sentinel_password"`
 }
 
 // Delivery is the retry policy shared by all sources.

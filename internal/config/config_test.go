@@ -176,6 +176,8 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 		{"seenset.redis.addrs[0]", func(c *Config) { c.SeenSet.Redis.Addrs = []string{"nohost"} }},
 		{"seenset.redis.wait_replicas", func(c *Config) { c.SeenSet.Redis.WaitReplicas = -1 }},
 		{"seenset.redis.hash_keys_over", func(c *Config) { c.SeenSet.Redis.HashKeysOver = 43 }},
+		{"seenset.redis.sentinel_password", func(c *Config) { c.SeenSet.Redis.SentinelPassword = "x" }},
+		{"seenset.redis.sentinel_username", func(c *Config) { c.SeenSet.Redis.SentinelUsername = "x" }},
 		{"seenset.redis.wait_timeout", func(c *Config) { c.SeenSet.Redis.WaitReplicas, c.SeenSet.Redis.WaitTimeout = 1, 0 }},
 		{"seenset.redis.wait_timeout", func(c *Config) {
 			c.SeenSet.Redis.WaitReplicas, c.SeenSet.Redis.WaitTimeout = 1, c.SeenSet.Redis.ReadTimeout

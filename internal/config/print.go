@@ -18,9 +18,10 @@ const Redacted = "<redacted>"
 // secretPaths are the settings printed as Redacted; a source's paths
 // start with "sources[].".
 var secretPaths = map[string]bool{
-	"admin.token":                   true,
-	"seenset.redis.password":        true,
-	"sources[].kafka.sasl.password": true,
+	"admin.token":                     true,
+	"seenset.redis.password":          true,
+	"seenset.redis.sentinel_password": true,
+	"sources[].kafka.sasl.password":   true,
 }
 
 // urlPaths hold URLs whose password is redacted.

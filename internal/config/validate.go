@@ -110,6 +110,14 @@ func (c *Config) Validate() error {
 				p.add(fmt.Sprintf("seenset.redis.addrs[%d]", i), "must be host:port, got %q", redactAddr(a))
 			}
 		}
+		if s.Redis.MasterName == "" {
+			if s.Redis.SentinelUsername != "" {
+				p.add("seenset.redis.sentinel_username", "set, but master_name is empty: only Sentinel uses it")
+			}
+			if s.Redis.SentinelPassword != "" {
+				p.add("seenset.redis.sentinel_password", "set, but master_name is empty: only Sentinel uses it")
+			}
+		}
 		p.positive("seenset.redis.dial_timeout", s.Redis.DialTimeout)
 		p.positive("seenset.redis.read_timeout", s.Redis.ReadTimeout)
 		p.positive("seenset.redis.write_timeout", s.Redis.WriteTimeout)

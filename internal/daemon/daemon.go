@@ -281,6 +281,9 @@ func NewStore(cfg *config.Config) (seenset.Store, error) {
 			WaitReplicas: r.WaitReplicas,
 			WaitTimeout:  r.WaitTimeout,
 			HashKeysOver: r.HashKeysOver,
+
+			SentinelUsername: r.SentinelUsername,
+			SentinelPassword: r.SentinelPassword,
 		}
 		if r.TLS {
 			o.TLS = tlsConfig()

@@ -114,6 +114,7 @@ func TestAllGood(t *testing.T) {
 	has(t, r, doctor.OK, "redis "+testutil.RedisAddr(), "reachable")
 	has(t, r, doctor.OK, "redis "+testutil.RedisAddr(), "version ")
 	has(t, r, doctor.OK, "redis ", "maxmemory-policy")
+	has(t, r, doctor.OK, "redis "+testutil.RedisAddr(), "deployment: standalone, 1 master, ")
 	has(t, r, doctor.OK, "rabbitmq queue "+e.queue+" (source orders)", "exists: 0 messages ready, 0 consumers")
 	has(t, r, doctor.OK, "rabbitmq dead letters (source orders)", "exchange "+e.ex+" exists")
 	has(t, r, doctor.OK, "rabbitmq dead letters (source refunds)", "queue "+e.dlq+" exists")
@@ -199,6 +200,63 @@ func TestAppWithoutHealthURLAndWarnings(t *testing.T) {
 	app.Close()
 	r, _ = run(t, &c)
 	has(t, r, doctor.Fail, "app "+app.URL, "not reachable")
+}
+
+// The deployment line names the mode and the masters with their
+// replicas, and the topology's warnings are doctor warnings: on the
+// shared standalone Redis (which has no replica) and on a Cluster, a
+// replica wait no master can meet.
+func TestRedisDeployment(t *testing.T) {
+	c := config.Default()
+	c.Consumer, c.Admin.Listen, c.App.URL = "doctor", "", "http://127.0.0.1:1"
+	c.SeenSet.Redis.Addrs = []string{testutil.RedisAddr()}
+	c.SeenSet.Redis.WaitReplicas, c.SeenSet.Redis.WaitTimeout = 3, 100*time.Millisecond
+	r, _ := run(t, &c)
+	check := "redis " + testutil.RedisAddr()
+	has(t, r, doctor.OK, check, "deployment: standalone, 1 master, ")
+	has(t, r, doctor.Warn, check, "but seenset.redis.wait_replicas is 3")
+
+	cl := testutil.StartRedisCluster(t, testutil.RedisClusterOptions{})
+	c.SeenSet.Redis.Addrs = cl.Addrs()
+	r, _ = run(t, &c)
+	check = "redis " + strings.Join(cl.Addrs(), ",")
+	has(t, r, doctor.OK, check, "deployment: cluster, 3 masters, 1 replica each")
+	for _, m := range cl.Masters {
+		has(t, r, doctor.Warn, check, "redis "+m.Addr()+" has 1 connected replicas but seenset.redis.wait_replicas is 3")
+	}
+	c.SeenSet.Redis.WaitReplicas = 1
+	r, out := run(t, &c)
+	if strings.Contains(out, "wait_replicas") {
+		t.Errorf("a replica wait every master meets warned:\n%s", out)
+	}
+
+	// One address of a Cluster node: the client runs standalone and
+	// keys of the other nodes' slots fail.
+	c.SeenSet.Redis.Addrs = cl.Addrs()[:1]
+	r, _ = run(t, &c)
+	has(t, r, doctor.Warn, "redis "+cl.Addrs()[0], "is a Cluster node but seenset.redis.addrs lists one address")
+}
+
+// Sentinels that require a password: doctor connects with
+// sentinel_password and reports the Sentinel deployment; without it the
+// Redis line fails naming the setting.
+func TestRedisSentinelAuth(t *testing.T) {
+	sn := testutil.StartRedisSentinel(t, testutil.RedisSentinelOptions{Replicas: 1, SentinelPassword: "sentinel-s3cret"})
+	c := config.Default()
+	c.Consumer, c.Admin.Listen, c.App.URL = "doctor", "", "http://127.0.0.1:1"
+	c.SeenSet.Redis.Addrs, c.SeenSet.Redis.MasterName = sn.SentinelAddrs(), sn.MasterName
+	c.SeenSet.Redis.SentinelPassword = "sentinel-s3cret"
+	check := "redis sentinel master " + sn.MasterName
+	r, _ := run(t, &c)
+	has(t, r, doctor.OK, check, "reachable")
+	has(t, r, doctor.OK, check, "deployment: sentinel, 1 master, 1 replica")
+
+	c.SeenSet.Redis.SentinelPassword = ""
+	r, out := run(t, &c)
+	has(t, r, doctor.Fail, check, "the sentinels refused the credentials: set seenset.redis.sentinel_password")
+	if strings.Contains(out, "sentinel-s3cret") {
+		t.Errorf("password printed:\n%s", out)
+	}
 }
 
 // A group with a live member is described with its state and members.

@@ -28,6 +28,7 @@ func (c *checker) seenSet(cfg *config.Config) {
 	}
 	o := &redis.UniversalOptions{
 		Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
+		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
 		DialTimeout: min(r.DialTimeout, c.timeout), ReadTimeout: min(r.ReadTimeout, c.timeout), WriteTimeout: min(r.WriteTimeout, c.timeout),
 		PoolSize: 2, MaxRetries: -1, ContextTimeoutEnabled: true,
 	}
@@ -36,16 +37,21 @@ func (c *checker) seenSet(cfg *config.Config) {
 	}
 	cl := redis.NewUniversalClient(o)
 	defer cl.Close()
+	// The seen-set's own wrapper: its errors name the setting to fix (the
+	// sentinels refusing the credentials, for one).
+	sr := seenset.NewRedisWithClient(cl, r.Prefix)
+	defer sr.Close()
 	ctx, cancel := c.context()
 	defer cancel()
-	if err := cl.Ping(ctx).Err(); err != nil {
+	if err := sr.Ping(ctx); err != nil {
 		c.add(Fail, check, "not reachable: %v", err)
 		return
 	}
 	c.add(OK, check, "reachable")
 	c.redisVersion(check, cl)
+	c.topology(check, r)
 
-	d, err := seenset.NewRedisWithClient(cl, r.Prefix).Durability(ctx)
+	d, err := sr.Durability(ctx)
 	if err != nil {
 		c.add(Fail, check, "cannot read its durability: %v", err)
 		return
@@ -72,6 +78,34 @@ func (c *checker) seenSet(cfg *config.Config) {
 		default:
 			c.add(Warn, at, "persistence unknown: %s", unknownPersistence(sv))
 		}
+	}
+}
+
+// topology reports the deployment the servers describe (standalone,
+// Sentinel or Cluster; masters and their replicas) with the seen-set's own
+// Describe, so doctor and the proxy's start-up line agree; its warnings
+// (a master without a replica, a wait_replicas no master can meet, one
+// address of a Cluster) are doctor warnings.
+func (c *checker) topology(check string, r config.Redis) {
+	o := seenset.RedisOptions{
+		Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
+		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
+		DialTimeout: min(r.DialTimeout, c.timeout), ReadTimeout: min(r.ReadTimeout, c.timeout), WriteTimeout: min(r.WriteTimeout, c.timeout),
+		PoolSize: 2, WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout,
+	}
+	if r.TLS {
+		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	ctx, cancel := c.context()
+	defer cancel()
+	t, err := seenset.DescribeRedis(ctx, o)
+	if err != nil {
+		c.add(Warn, check, "deployment unknown: %v", err)
+		return
+	}
+	c.add(OK, check, "deployment: %s", t)
+	for _, w := range t.Warnings {
+		c.add(Warn, check, "%s", w)
 	}
 }
 

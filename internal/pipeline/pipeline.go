@@ -12,7 +12,7 @@ package pipeline
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"log/slog"
 	"math"
@@ -167,8 +167,12 @@ func New(o Options) *Pipeline {
 		abort:    abort,
 		locals:   newLocalClaims(),
 		// One random prefix per process and a counter: unique across
-		// replicas without a crypto/rand read per message.
-		tokenPfx: hex.EncodeToString(b) + "-",
+		// replicas without a crypto/rand read per message. The prefix has
+		// a fixed length (11 characters for 64 bits), so prefix and counter
+		// need no separator. Every key's value holds the token; other
+		// replicas only compare it whole, so the shape may change between
+		// versions.
+		tokenPfx: base64.RawURLEncoding.EncodeToString(b),
 	}
 }
 

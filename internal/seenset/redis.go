@@ -26,6 +26,10 @@ type RedisOptions struct {
 	MasterName string
 	Username   string
 	Password   string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (Sentinel only); Username and Password are the data servers'.
+	SentinelUsername string
+	SentinelPassword string
 	// DB is ignored by Cluster, which has only database 0.
 	DB  int
 	TLS *tls.Config
@@ -103,16 +107,18 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		return nil, errors.New("seenset: redis: a replica wait needs a wait timeout of at least 1ms")
 	}
 	c := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:        o.Addrs,
-		MasterName:   o.MasterName,
-		Username:     o.Username,
-		Password:     o.Password,
-		DB:           o.DB,
-		TLSConfig:    o.TLS,
-		DialTimeout:  o.DialTimeout,
-		ReadTimeout:  o.ReadTimeout,
-		WriteTimeout: o.WriteTimeout,
-		PoolSize:     o.PoolSize,
+		Addrs:            o.Addrs,
+		MasterName:       o.MasterName,
+		Username:         o.Username,
+		Password:         o.Password,
+		DB:               o.DB,
+		SentinelUsername: o.SentinelUsername,
+		SentinelPassword: o.SentinelPassword,
+		TLSConfig:        o.TLS,
+		DialTimeout:      o.DialTimeout,
+		ReadTimeout:      o.ReadTimeout,
+		WriteTimeout:     o.WriteTimeout,
+		PoolSize:         o.PoolSize,
 		// Without this go-redis ignores the caller's deadline and waits out
 		// ReadTimeout; the pipeline bounds each store call by its context.
 		ContextTimeoutEnabled: true,
@@ -559,10 +565,22 @@ func unavailable(ctx context.Context, err error) error {
 	if keyUnusable(err) {
 		return fmt.Errorf("%w: %v", ErrKeyUnusable, err)
 	}
+	if sentinelAuthRefused(err) {
+		return fmt.Errorf("%w: the sentinels refused the credentials: set seenset.redis.sentinel_password (and sentinel_username for an ACL user) to what they require: %s",
+			ErrUnavailable, strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%w: %w (%v)", ErrUnavailable, cerr, err)
 	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// sentinelAuthRefused recognises sentinels that refused the client's
+// credentials (none given: NOAUTH; wrong ones: WRONGPASS), which go-redis
+// reports as "all sentinels … are unreachable", hiding the cause.
+func sentinelAuthRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "all sentinels") && (strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "WRONGPASS"))
 }
 
 // keyUnusable recognises the two answers that say this one key is

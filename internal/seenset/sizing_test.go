@@ -53,11 +53,12 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 			defer s.Close()
 			ctx := context.Background()
 			before := usedMemory(b, c)
-			// Tokens shaped like the pipeline's: 16 hex, a dash, a counter.
+			// Tokens shaped like the pipeline's: 11 base64url characters
+			// (64 random bits), then a base-36 counter.
 			for i := 0; i < n; i += 1000 {
 				var items []seenset.KeyToken
 				for j := i; j < i+1000; j++ {
-					items = append(items, seenset.KeyToken{Key: fmt.Sprintf(tc.key, j%1000000), Token: "9f3a6c2e1b7d4f80-" + strconv.FormatInt(int64(j), 36)})
+					items = append(items, seenset.KeyToken{Key: fmt.Sprintf(tc.key, j%1000000), Token: "nzpsLht9T4A" + strconv.FormatInt(int64(j), 36)})
 				}
 				for _, r := range s.ClaimMany(ctx, items, 30*time.Second) {
 					if r.Err != nil || r.Result != seenset.Claimed {

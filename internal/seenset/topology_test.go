@@ -315,3 +315,37 @@ func TestDescribeRedis(t *testing.T) {
 		t.Fatalf("unreachable: %v, want ErrUnavailable", err)
 	}
 }
+
+// Sentinels that require a password: the store works with
+// SentinelPassword, and without it (or with a wrong one) every call fails
+// with an error that says the sentinels refused the credentials rather
+// than only "unreachable".
+func TestRedisSentinelAuth(t *testing.T) {
+	t.Parallel()
+	sn := testutil.StartRedisSentinel(t, testutil.RedisSentinelOptions{Replicas: 1, SentinelPassword: "sentinel-s3cret"})
+	ctx := context.Background()
+	s := newTopologyStore(t, seenset.RedisOptions{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName, SentinelPassword: "sentinel-s3cret"})
+	if res, err := s.Claim(ctx, "k", "A", time.Minute); err != nil || res != seenset.Claimed {
+		t.Fatalf("claim with the sentinel password: %v %v", res, err)
+	}
+	if err := s.Commit(ctx, "k", "A", time.Minute); err != nil {
+		t.Fatalf("commit with the sentinel password: %v", err)
+	}
+	if topo, err := s.Describe(ctx); err != nil || topo.String() != "sentinel, 1 master, 1 replica" {
+		t.Fatalf("describe with the sentinel password: %v %v", topo, err)
+	}
+
+	for _, pw := range []string{"", "wrong"} {
+		bad := newTopologyStore(t, seenset.RedisOptions{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName, SentinelPassword: pw,
+			DialTimeout: time.Second})
+		_, err := bad.Claim(ctx, "k2", "B", time.Minute)
+		if !errors.Is(err, seenset.ErrUnavailable) || !strings.Contains(err.Error(), "sentinel_password") {
+			t.Errorf("claim with sentinel password %q: %v, want ErrUnavailable naming sentinel_password", pw, err)
+		}
+		err = bad.Ping(ctx)
+		if err == nil || !strings.Contains(err.Error(), "sentinels refused") {
+			t.Errorf("ping with sentinel password %q: %v", pw, err)
+		}
+		t.Logf("sentinel password %q: %v", pw, err)
+	}
+}

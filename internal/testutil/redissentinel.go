@@ -24,6 +24,10 @@ type RedisSentinelOptions struct {
 	DownAfter time.Duration
 	// Args are further redis-server arguments for the data nodes.
 	Args []string
+	// SentinelPassword, when set, is the sentinels' requirepass: clients
+	// must AUTH to ask them anything (the sentinels use it among
+	// themselves too). The data nodes keep no password.
+	SentinelPassword string
 }
 
 // RedisSentinel is a master, its replicas and three sentinels, private
@@ -33,7 +37,9 @@ type RedisSentinel struct {
 	MasterName string
 	Servers    []*RedisNode
 	Sentinels  []*RedisNode
-	dir        string
+	// SentinelPassword is the sentinels' requirepass, empty for none.
+	SentinelPassword string
+	dir              string
 }
 
 // StartRedisSentinel starts a Sentinel group for one test and closes it
@@ -76,7 +82,7 @@ func newRedisSentinelOnce(o RedisSentinelOptions) (s *RedisSentinel, err error) 
 	if err != nil {
 		return nil, err
 	}
-	s = &RedisSentinel{MasterName: "dptest-" + strconv.Itoa(os.Getpid()), dir: dir}
+	s = &RedisSentinel{MasterName: "dptest-" + strconv.Itoa(os.Getpid()), SentinelPassword: o.SentinelPassword, dir: dir}
 	// A failed start returns nil: close what was built, not the result.
 	built := s
 	defer func() {
@@ -109,6 +115,9 @@ func newRedisSentinelOnce(o RedisSentinelOptions) (s *RedisSentinel, err error) 
 			"sentinel failover-timeout %[1]s 10000\n"+
 			"sentinel parallel-syncs %[1]s %[4]d\n",
 			s.MasterName, master.Port, o.DownAfter.Milliseconds(), o.Replicas)
+		if o.SentinelPassword != "" {
+			txt += fmt.Sprintf("requirepass %q\n", o.SentinelPassword)
+		}
 		// Sentinel rewrites its file as it learns the group.
 		if err := os.WriteFile(conf, []byte(txt), 0o644); err != nil {
 			return nil, err
@@ -143,13 +152,17 @@ func (s *RedisSentinel) SentinelAddrs() []string {
 	return out
 }
 
+func (s *RedisSentinel) sentinelClient(sn *RedisNode) *redis.SentinelClient {
+	return redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), Password: s.SentinelPassword, DialTimeout: time.Second})
+}
+
 // Master is the server the sentinels name as master now.
 func (s *RedisSentinel) Master(ctx context.Context) (*RedisNode, error) {
 	for _, sn := range s.Sentinels {
 		if !sn.Running() {
 			continue
 		}
-		c := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), DialTimeout: time.Second})
+		c := s.sentinelClient(sn)
 		addr, err := c.GetMasterAddrByName(ctx, s.MasterName).Result()
 		_ = c.Close()
 		if err != nil || len(addr) != 2 {
@@ -190,7 +203,7 @@ func (s *RedisSentinel) WaitHealthy(timeout time.Duration) error {
 			return false
 		}
 		for _, sn := range s.Sentinels {
-			c := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), DialTimeout: time.Second})
+			c := s.sentinelClient(sn)
 			info, err := c.Master(ctx, s.MasterName).Result()
 			_ = c.Close()
 			if err != nil || info["ip"]+":"+info["port"] != m.Addr() || info["num-slaves"] != strconv.Itoa(running) ||

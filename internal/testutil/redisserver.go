@@ -195,6 +195,11 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
+	if strings.HasPrefix(line, "-NOAUTH") {
+		// A server with requirepass (a sentinel of RedisSentinel's
+		// SentinelPassword) answers only after AUTH, but it is up.
+		return nil
+	}
 	if line != "+PONG\r\n" {
 		// "-LOADING ..." while the server starts.
 		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))

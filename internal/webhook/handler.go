@@ -3,7 +3,7 @@ package webhook
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"io"
 	"log/slog"
@@ -19,6 +19,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/statelog"
 )
 
 // Event is one verified webhook on its way to the broker.
@@ -93,6 +94,9 @@ type Handler struct {
 	slots    chan struct{}
 	tokenPfx string
 	tokenSeq atomic.Uint64
+	// storeState logs Redis going down and coming back once each way;
+	// each request's own line about it is debug.
+	storeState *statelog.Tracker
 }
 
 // NewHandler returns a Handler.
@@ -114,8 +118,15 @@ func NewHandler(o Options) *Handler {
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return &Handler{o: o, log: o.Logger.With("source", o.Name), m: o.Metrics,
-		slots: make(chan struct{}, o.MaxConcurrent), tokenPfx: "wh-" + hex.EncodeToString(b) + "-"}
+	// The pipeline's token shape: 64 random bits as 11 base64url
+	// characters, then a counter. Short enough that a value stays in
+	// Redis' 48-byte allocation class (the former "wh-<hex>-" prefix left
+	// it after 46,656 requests: 16 bytes more per key); tokens are only
+	// compared whole, so replicas of either shape work together.
+	log := o.Logger.With("source", o.Name)
+	return &Handler{o: o, log: log, m: o.Metrics,
+		slots: make(chan struct{}, o.MaxConcurrent), tokenPfx: base64.RawURLEncoding.EncodeToString(b),
+		storeState: statelog.New(log, "seen-set unreachable: webhooks are answered 503 (the sender retries) until it is back", "seen-set reachable again")}
 }
 
 func (h *Handler) refuse(w http.ResponseWriter, status int, reason, msg string, retryAfter time.Duration) {
@@ -210,13 +221,14 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 	cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
 	res, err := h.o.Store.Claim(cctx, full, token, h.o.Lease)
 	cancel()
+	h.observe(err)
 	switch {
 	case errors.Is(err, seenset.ErrKeyUnusable):
 		h.log.Error("webhook key's seen-set entry is unusable; an operator must remove it", "key", key, "err", err)
 		h.refuse(w, http.StatusInternalServerError, metrics.WebhookKeyUnusable, "event key cannot be recorded", 0)
 		return
 	case err != nil:
-		h.log.Warn("webhook not stored: seen-set unavailable", "key", key, "err", err)
+		h.log.Log(context.Background(), storeErrLevel(err), "webhook not stored: seen-set unavailable", "key", key, "err", err)
 		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookStoreUnavailable, "seen-set unavailable", unavailableRetryAfter)
 		return
 	case res == seenset.Duplicate:
@@ -305,6 +317,7 @@ func (h *Handler) commit(ctx context.Context, full, token, key string) {
 		cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
 		err = h.o.Store.Commit(cctx, full, token, h.o.TTL)
 		cancel()
+		h.observe(err)
 		if err == nil || errors.Is(err, seenset.ErrNotOwner) {
 			return
 		}
@@ -315,9 +328,30 @@ func (h *Handler) commit(ctx context.Context, full, token, key string) {
 func (h *Handler) release(ctx context.Context, full, token, key string) {
 	cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
 	defer cancel()
-	if err := h.o.Store.Release(cctx, full, token); err != nil && !errors.Is(err, seenset.ErrNotOwner) {
-		h.log.Warn("webhook claim not released; it frees up when its lease ends", "key", key, "err", err)
+	err := h.o.Store.Release(cctx, full, token)
+	h.observe(err)
+	if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
+		h.log.Log(context.Background(), storeErrLevel(err), "webhook claim not released; it frees up when its lease ends", "key", key, "err", err)
 	}
+}
+
+// observe feeds a store call's outcome to the state log: an unavailable
+// store is down, any answer (even "not the owner") means it is up.
+func (h *Handler) observe(err error) {
+	if errors.Is(err, seenset.ErrUnavailable) {
+		h.storeState.Down(err)
+	} else {
+		h.storeState.Up()
+	}
+}
+
+// storeErrLevel: a store that is down is reported once by the state log;
+// a request's own line about it is debug.
+func storeErrLevel(err error) slog.Level {
+	if errors.Is(err, seenset.ErrUnavailable) {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 // dropHeaders are never passed on: framing, credentials and cookies.

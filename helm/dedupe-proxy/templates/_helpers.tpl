@@ -113,6 +113,9 @@ credentials (existing Secrets, as environment variables).
 {{- if dig "seenset" "redis" "password" "" $cfg }}
 {{- fail "config.seenset.redis.password: the config is a ConfigMap; put the password in a Secret and name it in credentials.redisPassword" }}
 {{- end }}
+{{- if dig "seenset" "redis" "sentinel_password" "" $cfg }}
+{{- fail "config.seenset.redis.sentinel_password: the config is a ConfigMap; put the password in a Secret and name it in credentials.redisSentinelPassword" }}
+{{- end }}
 {{- if dig "admin" "token" "" $cfg }}
 {{- fail "config.admin.token: the config is a ConfigMap; put the token in a Secret and name it in credentials.adminToken" }}
 {{- end }}
@@ -156,7 +159,7 @@ list indices as '_'), then proxy.env.
 */}}
 {{- define "dedupe-proxy.proxyEnv" -}}
 {{- $c := .Values.credentials }}
-{{- range $field, $var := dict "redisPassword" "DEDUPE_PROXY_SEENSET_REDIS_PASSWORD" "redisUsername" "DEDUPE_PROXY_SEENSET_REDIS_USERNAME" "adminToken" "DEDUPE_PROXY_ADMIN_TOKEN" "appUrl" "DEDUPE_PROXY_APP_URL" "appHealthUrl" "DEDUPE_PROXY_APP_HEALTH_URL" }}
+{{- range $field, $var := dict "redisPassword" "DEDUPE_PROXY_SEENSET_REDIS_PASSWORD" "redisUsername" "DEDUPE_PROXY_SEENSET_REDIS_USERNAME" "redisSentinelPassword" "DEDUPE_PROXY_SEENSET_REDIS_SENTINEL_PASSWORD" "redisSentinelUsername" "DEDUPE_PROXY_SEENSET_REDIS_SENTINEL_USERNAME" "adminToken" "DEDUPE_PROXY_ADMIN_TOKEN" "appUrl" "DEDUPE_PROXY_APP_URL" "appHealthUrl" "DEDUPE_PROXY_APP_HEALTH_URL" }}
 {{- $ref := index $c $field }}
 {{- if and $ref $ref.secretName }}
 {{- include "dedupe-proxy.secretEnvVar" (list $var $ref) }}
@@ -250,7 +253,7 @@ chart's own pod would silently do nothing, so it fails the render.
 {{- end }}
 {{- if eq .Values.mode "shared" }}
 {{- $c := .Values.credentials }}
-{{- range $field := list "redisPassword" "redisUsername" "adminToken" "appUrl" "appHealthUrl" }}
+{{- range $field := list "redisPassword" "redisUsername" "redisSentinelPassword" "redisSentinelUsername" "adminToken" "appUrl" "appHealthUrl" }}
 {{- if dig $field "secretName" "" $c }}
 {{- fail (printf "credentials.%s: mode shared renders no pod; put the variable in a Secret named by the workloads' dedupe-proxy.io/secrets annotation" $field) }}
 {{- end }}

@@ -1,0 +1,31 @@
+package pipeline
+
+import (
+	"strings"
+	"testing"
+)
+
+// A token is a random 11-character prefix per pipeline (64 bits,
+// base64url) and a base-36 counter: distinct within a pipeline and
+// between pipelines (replicas), with no ':' that could be read as part
+// of the value's "inflight:"/"done:" form.
+func TestTokensUniqueAndShort(t *testing.T) {
+	seen := map[string]bool{}
+	for range 3 {
+		p := New(Options{})
+		if len(p.tokenPfx) != 11 {
+			t.Fatalf("prefix %q: %d characters, want 11", p.tokenPfx, len(p.tokenPfx))
+		}
+		var tok string
+		for range 1296 { // 36²: the counter reaches 3 digits
+			tok = p.newToken()
+			if seen[tok] || strings.Contains(tok, ":") {
+				t.Fatalf("token %q repeated or holds ':'", tok)
+			}
+			seen[tok] = true
+		}
+		if want := p.tokenPfx + "100"; tok != want {
+			t.Fatalf("token %d = %q, want %q", 1296, tok, want)
+		}
+	}
+}
