@@ -22,7 +22,7 @@ const (
 // Events that happen on the way; a delivery can have several.
 const (
 	EventNoKey          = "no_key"           // no usable key: forwarded without dedupe (or dead-lettered)
-	EventBusy           = "busy"             // another replica had the key in flight
+	EventBusy           = "busy"             // the key was in flight: at another replica, or kept claimed here after a request that may still run
 	EventRetry          = "retry"            // an attempt failed and will be retried
 	EventStoreError     = "store_error"      // the seen-set could not be reached
 	EventStoreFailOpen  = "store_fail_open"  // forwarded without the seen-set (on_store_error: forward)
