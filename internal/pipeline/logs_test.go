@@ -1,12 +1,9 @@
 package pipeline_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -19,69 +16,18 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
-// logCapture is a JSON slog handler's output, read back as records.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *logCapture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *logCapture) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(c, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-func (c *logCapture) records(t *testing.T) []map[string]any {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(c.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// with returns the records whose msg starts with prefix at level ("" any).
-func (c *logCapture) with(t *testing.T, level, prefix string) []map[string]any {
-	var out []map[string]any
-	for _, r := range c.records(t) {
-		if strings.HasPrefix(r["msg"].(string), prefix) && (level == "" || r["level"] == level) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func (c *logCapture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
 // 100 messages without a key in a burst give one line at once and one
 // that counts the rest, each naming the source, the rules tried and why
 // the last failed.
 func TestNoKeyLinesAreRateLimited(t *testing.T) {
-	var logs logCapture
+	var logs testutil.LogBuffer
 	ex, err := keys.Parse([]string{"header:x-id", "json:meta.id"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := pipeline.New(pipeline.Options{
 		Consumer: "c", Store: seenset.NewMemory(), Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
-		MaxAttempts: 1, BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, CommitAttempts: 1, Logger: logs.logger(),
+		MaxAttempts: 1, BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, CommitAttempts: 1, Logger: logs.JSONLogger(),
 	})
 	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Keys: ex, Requeues: true})
 	for i := range 100 {
@@ -90,9 +36,9 @@ func TestNoKeyLinesAreRateLimited(t *testing.T) {
 		h(d)
 	}
 	testutil.Eventually(t, 5*time.Second, "the held-back no-key lines are counted", func() bool {
-		return len(logs.with(t, "", "no usable key")) == 2
+		return len(logs.With(t, "", "no usable key")) == 2
 	})
-	lines := logs.with(t, "INFO", "no usable key")
+	lines := logs.With(t, "INFO", "no usable key")
 	total := 0
 	for _, r := range lines {
 		if r["source"] != "s" || r["rules"] != "header:x-id, json:meta.id" {
@@ -112,7 +58,7 @@ func TestNoKeyLinesAreRateLimited(t *testing.T) {
 		t.Errorf("lines account for %d messages, want 100:\n%s", total, logs.String())
 	}
 	time.Sleep(1100 * time.Millisecond)
-	if n := len(logs.with(t, "", "no usable key")); n != 2 {
+	if n := len(logs.With(t, "", "no usable key")); n != 2 {
 		t.Errorf("%d no-key lines after the burst, want 2", n)
 	}
 }
@@ -127,10 +73,10 @@ func TestStoreDownAndUpLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var logs logCapture
+	var logs testutil.LogBuffer
 	p := pipeline.New(pipeline.Options{
 		Consumer: "c", Store: st, Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
-		MaxAttempts: 3, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CommitAttempts: 3, Logger: logs.logger(),
+		MaxAttempts: 3, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CommitAttempts: 3, Logger: logs.JSONLogger(),
 	})
 	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "kafka"})
 	h(newRecDelivery("before")) // up: nothing to report
@@ -143,7 +89,7 @@ func TestStoreDownAndUpLoggedOnce(t *testing.T) {
 		go func() { defer wg.Done(); h(ds[i]) }()
 	}
 	testutil.Eventually(t, 10*time.Second, "claims failing", func() bool {
-		return len(logs.with(t, "DEBUG", "seen-set claim failed")) >= 20
+		return len(logs.With(t, "DEBUG", "seen-set claim failed")) >= 20
 	})
 	srv.Restart()
 	wg.Wait()
@@ -155,17 +101,17 @@ func TestStoreDownAndUpLoggedOnce(t *testing.T) {
 	h(newRecDelivery("after")) // successes go on: the "back" line follows once they settled
 	testutil.Eventually(t, 10*time.Second, "the back line", func() bool {
 		h(newRecDelivery(fmt.Sprint("after-", time.Now().UnixNano())))
-		return len(logs.with(t, "", "seen-set reachable again")) > 0
+		return len(logs.With(t, "", "seen-set reachable again")) > 0
 	})
-	down := logs.with(t, "", "seen-set unreachable")
-	up := logs.with(t, "", "seen-set reachable again")
+	down := logs.With(t, "", "seen-set unreachable")
+	up := logs.With(t, "", "seen-set reachable again")
 	if len(down) != 1 || len(up) != 1 || down[0]["level"] != "WARN" || up[0]["level"] != "INFO" {
 		t.Fatalf("%d down and %d up lines, want 1 and 1:\n%s", len(down), len(up), logs.String())
 	}
 	if down[0]["err"] == "" || up[0]["failures"].(float64) < 10 {
 		t.Errorf("down %v, up %v", down[0], up[0])
 	}
-	if n := len(logs.with(t, "WARN", "seen-set claim failed")); n != 0 {
+	if n := len(logs.With(t, "WARN", "seen-set claim failed")); n != 0 {
 		t.Errorf("%d per-message warnings while Redis was down", n)
 	}
 }
@@ -173,29 +119,29 @@ func TestStoreDownAndUpLoggedOnce(t *testing.T) {
 // Without a health check the pipeline itself reports the app going away
 // and coming back, once each way.
 func TestAppDownAndUpLoggedOnce(t *testing.T) {
-	var logs logCapture
+	var logs testutil.LogBuffer
 	f := &script{res: []forward.Result{ok, refused, refused, refused, refused, refused, refused, ok}}
 	p := pipeline.New(pipeline.Options{
 		Consumer: "c", Store: seenset.NewMemory(), Forwarder: f, Lease: time.Second, TTL: time.Hour,
-		MaxAttempts: 2, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, CommitAttempts: 1, Logger: logs.logger(),
+		MaxAttempts: 2, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, CommitAttempts: 1, Logger: logs.JSONLogger(),
 	})
 	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "kafka"})
 	for i := range 3 {
 		h(newRecDelivery(fmt.Sprint("a", i)))
 	}
 	testutil.Eventually(t, 5*time.Second, "the back line", func() bool {
-		return len(logs.with(t, "", "app answers again")) > 0
+		return len(logs.With(t, "", "app answers again")) > 0
 	})
-	down := logs.with(t, "WARN", "app unreachable")
-	up := logs.with(t, "INFO", "app answers again")
+	down := logs.With(t, "WARN", "app unreachable")
+	up := logs.With(t, "INFO", "app answers again")
 	if len(down) != 1 || len(up) != 1 || up[0]["failures"].(float64) != 6 {
 		t.Fatalf("%d down and %d up lines, want 1 and 1:\n%s", len(down), len(up), logs.String())
 	}
-	if n := len(logs.with(t, "INFO", "app failed, will retry")); n != 0 {
+	if n := len(logs.With(t, "INFO", "app failed, will retry")); n != 0 {
 		t.Errorf("%d per-message info lines for a refused connection", n)
 	}
 	// Field names: attempt, reason, err — never try/why/attempts.
-	for _, r := range logs.records(t) {
+	for _, r := range logs.Records(t) {
 		for _, bad := range []string{"try", "why", "attempts", "error"} {
 			if _, has := r[bad]; has {
 				t.Errorf("field %q in %v", bad, r)
@@ -208,21 +154,21 @@ func TestAppDownAndUpLoggedOnce(t *testing.T) {
 // run at the app) is busy for another delivery of it; the log says it is
 // held here. A key claimed by another process is another replica's.
 func TestBusyKeyHeldHereIsNotAnotherReplica(t *testing.T) {
-	var logs logCapture
+	var logs testutil.LogBuffer
 	st := seenset.NewMemory()
 	timeout := forward.Result{Outcome: forward.Retryable, Reason: "timeout", MayBeRunning: true}
 	f := &script{res: []forward.Result{timeout, ok}}
 	p := pipeline.New(pipeline.Options{
 		Consumer: "c", Store: st, Forwarder: f, Lease: 300 * time.Millisecond, TTL: time.Hour,
 		MaxAttempts: 3, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, BusyDelay: time.Millisecond,
-		CommitAttempts: 1, Logger: logs.logger(),
+		CommitAttempts: 1, Logger: logs.JSONLogger(),
 	})
 	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true})
 	first := newRecDelivery("k1")
 	done := make(chan struct{})
 	go func() { defer close(done); h(first) }()
 	testutil.Eventually(t, 5*time.Second, "the first request timed out", func() bool {
-		return len(logs.with(t, "", "no answer from the app")) == 1
+		return len(logs.With(t, "", "no answer from the app")) == 1
 	})
 	second := newRecDelivery("k1")
 	h(second)
@@ -230,7 +176,7 @@ func TestBusyKeyHeldHereIsNotAnotherReplica(t *testing.T) {
 	if got := second.settled(); len(got) != 1 || got[0] != "requeue" {
 		t.Fatalf("second delivery settled %v, want requeue", got)
 	}
-	req := logs.with(t, "DEBUG", "requeued")
+	req := logs.With(t, "DEBUG", "requeued")
 	if len(req) != 1 || !strings.Contains(req[0]["reason"].(string), "claimed by this replica") {
 		t.Fatalf("requeue lines %v", req)
 	}
@@ -240,7 +186,7 @@ func TestBusyKeyHeldHereIsNotAnotherReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	h(newRecDelivery("k2"))
-	req = logs.with(t, "DEBUG", "requeued")
+	req = logs.With(t, "DEBUG", "requeued")
 	if len(req) != 2 || req[1]["reason"] != "key busy on another replica" {
 		t.Fatalf("requeue lines %v", req)
 	}
@@ -264,15 +210,15 @@ func (d failingAck) Ack(context.Context) error {
 // the broker's own line covers: debug. One that fails on a live delivery
 // is a warning.
 func TestAckFailureOnLostDeliveryIsDebug(t *testing.T) {
-	var logs logCapture
+	var logs testutil.LogBuffer
 	p := pipeline.New(pipeline.Options{
 		Consumer: "c", Store: seenset.NewMemory(), Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
-		MaxAttempts: 1, BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, CommitAttempts: 1, Logger: logs.logger(),
+		MaxAttempts: 1, BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, CommitAttempts: 1, Logger: logs.JSONLogger(),
 	})
 	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true})
 	h(failingAck{recDelivery: newRecDelivery("live")})
 	h(failingAck{recDelivery: newRecDelivery("lost"), dies: true})
-	lines := logs.with(t, "", "ack failed")
+	lines := logs.With(t, "", "ack failed")
 	if len(lines) != 2 || lines[0]["key"] != "live" || lines[0]["level"] != "WARN" || lines[1]["key"] != "lost" || lines[1]["level"] != "DEBUG" {
 		t.Fatalf("ack failure lines:\n%s", logs.String())
 	}
