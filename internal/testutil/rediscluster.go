@@ -54,17 +54,22 @@ func StartRedisCluster(t testing.TB, o RedisClusterOptions) *RedisCluster {
 // node reports cluster_state:ok and every replica's link is up: a few
 // seconds. Close kills the nodes and removes their directory.
 func NewRedisCluster(o RedisClusterOptions) (*RedisCluster, error) {
-	// A free port can be taken by another test before the server binds
-	// it: start again on new ports.
+	return onNewPorts(func() (*RedisCluster, error) { return newRedisClusterOnce(o) })
+}
+
+// onNewPorts runs start up to three times: a free port can be taken by
+// another test before the server binds it, and new ports then do.
+func onNewPorts[T any](start func() (T, error)) (T, error) {
 	var errs []error
 	for range 3 {
-		x, err := newRedisClusterOnce(o)
+		x, err := start()
 		if err == nil {
 			return x, nil
 		}
 		errs = append(errs, err)
 	}
-	return nil, errors.Join(errs...)
+	var zero T
+	return zero, errors.Join(errs...)
 }
 
 func newRedisClusterOnce(o RedisClusterOptions) (c *RedisCluster, err error) {

@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,17 +57,7 @@ func StartRedisSentinel(t testing.TB, o RedisSentinelOptions) *RedisSentinel {
 // (quorum 2) and returns once every replica's link is up and every
 // sentinel sees every replica and the other sentinels: a few seconds.
 func NewRedisSentinel(o RedisSentinelOptions) (*RedisSentinel, error) {
-	// A free port can be taken by another test before the server binds
-	// it: start again on new ports.
-	var errs []error
-	for range 3 {
-		x, err := newRedisSentinelOnce(o)
-		if err == nil {
-			return x, nil
-		}
-		errs = append(errs, err)
-	}
-	return nil, errors.Join(errs...)
+	return onNewPorts(func() (*RedisSentinel, error) { return newRedisSentinelOnce(o) })
 }
 
 func newRedisSentinelOnce(o RedisSentinelOptions) (s *RedisSentinel, err error) {
