@@ -11,8 +11,6 @@ package pipeline
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"log/slog"
 	"math"
@@ -105,11 +103,10 @@ type Pipeline struct {
 	hard     context.Context
 	// calm is hard without its cancellation, made once: commits, renewals
 	// and releases run on through a shutdown.
-	calm     context.Context
-	abort    context.CancelFunc
-	tokenPfx string
-	tokenSeq atomic.Uint64
-	locals   *localClaims
+	calm   context.Context
+	abort  context.CancelFunc
+	tokens *seenset.Tokens
+	locals *localClaims
 	// store and app log when Redis or the app goes down and comes back,
 	// once each way; per-message lines about it are debug. app is nil
 	// with a Gate, whose health check logs the app's state.
@@ -139,8 +136,6 @@ func New(o Options) *Pipeline {
 	if o.CommitAttempts < 1 {
 		o.CommitAttempts = 1
 	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
 	hard, abort := context.WithCancel(context.Background())
 	obs := make(map[string]storeObserver, 4)
 	for _, op := range []string{"claim", "commit", "renew", "release"} {
@@ -166,13 +161,7 @@ func New(o Options) *Pipeline {
 		calm:     context.WithoutCancel(hard),
 		abort:    abort,
 		locals:   newLocalClaims(),
-		// One random prefix per process and a counter: unique across
-		// replicas without a crypto/rand read per message. The prefix has
-		// a fixed length (11 characters for 64 bits), so prefix and counter
-		// need no separator. Every key's value holds the token; other
-		// replicas only compare it whole, so the shape may change between
-		// versions.
-		tokenPfx: base64.RawURLEncoding.EncodeToString(b),
+		tokens:   seenset.NewTokens(),
 	}
 }
 
@@ -649,7 +638,7 @@ func (p *Pipeline) backoff(attempt int, retryAfter time.Duration) time.Duration 
 }
 
 func (p *Pipeline) newToken() string {
-	return p.tokenPfx + strconv.FormatUint(p.tokenSeq.Add(1), 36)
+	return p.tokens.Next()
 }
 
 func (p *Pipeline) observe(op string, start time.Time, err error) {

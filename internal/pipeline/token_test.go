@@ -13,8 +13,8 @@ func TestTokensUniqueAndShort(t *testing.T) {
 	seen := map[string]bool{}
 	for range 3 {
 		p := New(Options{})
-		if len(p.tokenPfx) != 11 {
-			t.Fatalf("prefix %q: %d characters, want 11", p.tokenPfx, len(p.tokenPfx))
+		if len(p.tokens.Prefix()) != 11 {
+			t.Fatalf("prefix %q: %d characters, want 11", p.tokens.Prefix(), len(p.tokens.Prefix()))
 		}
 		var tok string
 		for range 1296 { // 36²: the counter reaches 3 digits
@@ -24,7 +24,7 @@ func TestTokensUniqueAndShort(t *testing.T) {
 			}
 			seen[tok] = true
 		}
-		if want := p.tokenPfx + "100"; tok != want {
+		if want := p.tokens.Prefix() + "100"; tok != want {
 			t.Fatalf("token %d = %q, want %q", 1296, tok, want)
 		}
 	}

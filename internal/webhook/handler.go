@@ -2,8 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"io"
 	"log/slog"
@@ -11,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
@@ -88,12 +85,11 @@ const unavailableRetryAfter = 5 * time.Second
 // Any failure after the claim releases it, so the sender's retry can
 // claim the key again at once.
 type Handler struct {
-	o        Options
-	log      *slog.Logger
-	m        *metrics.WebhookMetrics
-	slots    chan struct{}
-	tokenPfx string
-	tokenSeq atomic.Uint64
+	o      Options
+	log    *slog.Logger
+	m      *metrics.WebhookMetrics
+	slots  chan struct{}
+	tokens *seenset.Tokens
 	// storeState logs Redis going down and coming back once each way;
 	// each request's own line about it is debug.
 	storeState *statelog.Tracker
@@ -116,16 +112,9 @@ func NewHandler(o Options) *Handler {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = 10 * time.Second
 	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	// The pipeline's token shape: 64 random bits as 11 base64url
-	// characters, then a counter. Short enough that a value stays in
-	// Redis' 48-byte allocation class (the former "wh-<hex>-" prefix left
-	// it after 46,656 requests: 16 bytes more per key); tokens are only
-	// compared whole, so replicas of either shape work together.
 	log := o.Logger.With("source", o.Name)
 	return &Handler{o: o, log: log, m: o.Metrics,
-		slots: make(chan struct{}, o.MaxConcurrent), tokenPfx: base64.RawURLEncoding.EncodeToString(b),
+		slots: make(chan struct{}, o.MaxConcurrent), tokens: seenset.NewTokens(),
 		storeState: statelog.New(log, "seen-set unreachable: webhooks are answered 503 (the sender retries) until it is back", "seen-set reachable again")}
 }
 
@@ -214,7 +203,7 @@ func (h *Handler) key(hd http.Header, body []byte) (string, string) {
 
 func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body []byte) {
 	full := h.o.Prefix + key
-	token := h.tokenPfx + strconv.FormatUint(h.tokenSeq.Add(1), 36)
+	token := h.tokens.Next()
 	// The sender hanging up must not cut a publish or commit short: the
 	// work goes on and its retry then finds the key done.
 	ctx := context.WithoutCancel(r.Context())
