@@ -47,13 +47,21 @@ type Admin struct {
 type App struct {
 	URL              string        `mapstructure:"url"`
 	Socket           string        `mapstructure:"socket"`
+	// Timeout is how long the app may take before a request counts as
+	// slow; MaxRequestTime how long a slow request is still waited for,
+	// with its key held, before it is given up (and a second request for
+	// the key may overlap it).
 	Timeout          time.Duration `mapstructure:"timeout"`
+	MaxRequestTime   time.Duration `mapstructure:"max_request_time"`
 	MaxConns         int           `mapstructure:"max_conns"`
 	MaxResponseBytes ByteSize      `mapstructure:"max_response_bytes"`
 	RetryStatuses    []string      `mapstructure:"retry_statuses"`
 	HeaderAllowlist  []string      `mapstructure:"header_allowlist"`
 	HealthURL        string        `mapstructure:"health_url"`
 	HealthInterval   time.Duration `mapstructure:"health_interval"`
+	// DaprStatus honours Dapr's {"status": "RETRY" | "DROP"} in a 2xx
+	// answer; false makes every 2xx a success whatever its body.
+	DaprStatus bool `mapstructure:"dapr_status"`
 }
 
 // SeenSet is the shared store of processed keys.
@@ -253,11 +261,13 @@ func Default() Config {
 		App: App{
 			URL:              "http://127.0.0.1:8080",
 			Timeout:          10 * time.Second,
+			MaxRequestTime:   5 * time.Minute,
 			MaxConns:         64,
 			MaxResponseBytes: 64 << 10,
 			RetryStatuses:    []string{"5xx", "408", "429"},
 			HeaderAllowlist:  []string{},
 			HealthInterval:   2 * time.Second,
+			DaprStatus:       true,
 		},
 		SeenSet: SeenSet{
 			Backend:      "redis",

@@ -77,6 +77,10 @@ func (c *Config) Validate() error {
 		p.add("app.url", "must be an http:// or https:// URL, got %q", redact(c.App.URL))
 	}
 	p.positive("app.timeout", c.App.Timeout)
+	p.positive("app.max_request_time", c.App.MaxRequestTime)
+	if c.App.MaxRequestTime > 0 && c.App.MaxRequestTime < c.App.Timeout {
+		p.add("app.max_request_time", "must be at least app.timeout (%s), got %s: a slow request is waited for until then", c.App.Timeout, c.App.MaxRequestTime)
+	}
 	p.atLeast("app.max_conns", c.App.MaxConns, 1)
 	if c.App.MaxResponseBytes <= 0 {
 		p.add("app.max_response_bytes", "must be positive, got %d", c.App.MaxResponseBytes)
@@ -287,8 +291,8 @@ func (c *Config) Warnings() []Warning {
 		ws = append(ws, Warning{
 			Path: "shutdown_timeout",
 			Msg: fmt.Sprintf("is %s, not longer than app.timeout (%s): on SIGTERM a request still at the app is cut off and its message requeued; "+
-				"its key stays claimed for seenset.lease (%s) so no replica sends it again meanwhile, but it waits that long — set shutdown_timeout above app.timeout",
-				c.ShutdownTimeout, c.App.Timeout, c.SeenSet.Lease),
+				"its key stays claimed until app.max_request_time (%s) from the request's start so no replica sends it again meanwhile, but it waits that long — set shutdown_timeout above app.timeout",
+				c.ShutdownTimeout, c.App.Timeout, c.App.MaxRequestTime),
 		})
 	}
 	for i, s := range c.Sources {

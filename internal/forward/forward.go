@@ -24,16 +24,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Defaults applied by New to zero Config fields.
 const (
 	DefaultTimeout          = 30 * time.Second
+	DefaultMaxRequestTime   = 5 * time.Minute
 	DefaultMaxConns         = 32
 	DefaultMaxResponseBytes = 64 << 10
 	DefaultUserAgent        = "dedupe-proxy"
@@ -57,8 +60,20 @@ type Config struct {
 	// Socket, when set, is a Unix socket dialled instead of URL's host; URL
 	// still gives the scheme, the Host header and the base path.
 	Socket string
-	// Timeout bounds one request, reading the (bounded) answer included.
+	// Timeout is how long the app may take to answer before the request
+	// counts as slow. A slow request is not abandoned: the app may be
+	// acting on it, so it is waited for, and its late answer counts, up to
+	// MaxRequestTime.
 	Timeout time.Duration
+	// MaxRequestTime bounds one request, reading the (bounded) answer
+	// included. Past it the request is given up (Result.Abandoned): the
+	// app may still be working on it, so a second request for the same
+	// key may then overlap it. Never shorter than Timeout.
+	MaxRequestTime time.Duration
+	// IgnoreAppStatus turns off reading Dapr's {"status": ...} words from
+	// a 2xx answer, for apps that are not Dapr apps: every 2xx is then a
+	// success, whatever its body.
+	IgnoreAppStatus bool
 	// MaxConns is the number of idle keep-alive connections kept to the app.
 	// Size it to the number of workers: with fewer, net/http closes every
 	// connection it cannot keep idle, so each request beyond them opens
@@ -103,6 +118,9 @@ type Request struct {
 	// MessageHeaders are the message's own headers; only allow-listed ones
 	// and traceparent/tracestate are sent.
 	MessageHeaders map[string]string
+	// OnSlow, when set, is called once, from another goroutine, when the
+	// request has had no answer for Config.Timeout; Do goes on waiting.
+	OnSlow func()
 }
 
 // Header is one header name and value.
@@ -129,9 +147,15 @@ type Result struct {
 	// message itself has not failed.
 	Unreachable bool
 	// MayBeRunning: the request was sent, or may have been, and no answer
-	// came back before our timeout or cancellation. The app may still be
-	// working on it, so the caller must not send the same key again yet.
+	// came back: it was cancelled, given up at MaxRequestTime, or its
+	// connection failed after the request was written. The app may still
+	// be working on it, so the caller must not send the same key again yet.
 	MayBeRunning bool
+	// Slow: the answer (or the failure) came after Config.Timeout.
+	Slow bool
+	// Abandoned: no answer within MaxRequestTime, and the request was
+	// given up on while the app may still be working on it.
+	Abandoned bool
 }
 
 // Client forwards requests to one app. It is safe for concurrent use.
@@ -139,6 +163,8 @@ type Client struct {
 	base      string // scheme://host[/path], without userinfo or trailing slash
 	basicAuth string // precomputed Authorization value from URL userinfo, or ""
 	timeout   time.Duration
+	maxReq    time.Duration
+	appStatus bool
 	maxResp   int64
 	retry     StatusRules
 	allow     map[string]struct{} // lower-case header names
@@ -159,6 +185,9 @@ func New(c Config) (*Client, error) {
 	}
 	if c.Timeout < 0 {
 		bad("Timeout", fmt.Errorf("must not be negative, got %s", c.Timeout))
+	}
+	if c.MaxRequestTime < 0 {
+		bad("MaxRequestTime", fmt.Errorf("must not be negative, got %s", c.MaxRequestTime))
 	}
 	if c.MaxConns < 0 {
 		bad("MaxConns", fmt.Errorf("must not be negative, got %d", c.MaxConns))
@@ -186,6 +215,7 @@ func New(c Config) (*Client, error) {
 
 	cl := &Client{
 		timeout:   orDefault(c.Timeout, DefaultTimeout),
+		appStatus: !c.IgnoreAppStatus,
 		maxResp:   orDefault(c.MaxResponseBytes, DefaultMaxResponseBytes),
 		retry:     rules,
 		allow:     make(map[string]struct{}, len(c.HeaderAllowlist)),
@@ -196,6 +226,7 @@ func New(c Config) (*Client, error) {
 		cl.basicAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw))
 		base.User = nil // request URLs, and so their errors, never carry the credentials
 	}
+	cl.maxReq = max(orDefault(c.MaxRequestTime, DefaultMaxRequestTime), cl.timeout)
 	cl.base = strings.TrimSuffix(base.String(), "/")
 	for _, n := range c.HeaderAllowlist {
 		cl.allow[strings.ToLower(n)] = struct{}{}
@@ -223,7 +254,12 @@ func New(c Config) (*Client, error) {
 		DialContext:         dial,
 		MaxIdleConns:        maxConns,
 		MaxIdleConnsPerHost: maxConns,
-		IdleConnTimeout:     90 * time.Second,
+		// Shorter than the keep-alive timeouts app servers close idle
+		// connections after (gunicorn 2 s, Node 5 s): a request written
+		// on a connection the app is closing at that moment fails with
+		// no answer, and since the app may have read it, it then counts
+		// as possibly running and its key waits a lease.
+		IdleConnTimeout:     time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
 		// MaxResponseBytes bounds the body; this bounds what a runaway app
 		// can make each worker buffer before the body (net/http: 10 MiB).
@@ -292,12 +328,15 @@ func (c *Client) target(path string) string {
 }
 
 // Do POSTs r to the app and classifies the answer. It never panics on a
-// misbehaving app and returns within Config.Timeout of the call (or sooner,
-// when ctx ends).
+// misbehaving app. It returns when the app answered, when ctx ends, or at
+// Config.MaxRequestTime; a request without an answer after
+// Config.Timeout is slow (r.OnSlow) but still waited for, because the app
+// may be acting on it and its answer decides what becomes of the key.
 func (c *Client) Do(ctx context.Context, r Request) Result {
 	start := time.Now()
 	res := c.do(ctx, r)
 	res.Duration = time.Since(start)
+	res.Slow = res.Duration > c.timeout
 	return res
 }
 
@@ -313,29 +352,89 @@ func (c *Client) do(parent context.Context, r Request) Result {
 			Err:     fmt.Errorf("%w: idempotency key contains characters not allowed in a header value", ErrInvalidRequest),
 		}
 	}
-	ctx, cancel := context.WithTimeout(parent, c.timeout)
+	ctx, cancel := context.WithTimeout(parent, c.maxReq)
 	defer cancel()
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.target(r.Path), bytes.NewReader(r.Body))
-	if err != nil {
-		return Result{
-			Outcome: Permanent,
-			Reason:  "invalid request path",
-			Err:     fmt.Errorf("%w: path: %w", ErrInvalidRequest, redact(err)),
+	if r.OnSlow != nil {
+		t := time.AfterFunc(c.timeout, r.OnSlow)
+		defer t.Stop()
+	}
+	for try := 1; ; try++ {
+		var sent sendTrace
+		req, err := c.newRequest(httptrace.WithClientTrace(ctx, sent.trace()), &r)
+		if err != nil {
+			return Result{
+				Outcome: Permanent,
+				Reason:  "invalid request path",
+				Err:     fmt.Errorf("%w: path: %w", ErrInvalidRequest, redact(err)),
+			}
 		}
+		// The Transport, not the Client: redirects are not followed anyway
+		// (see CheckRedirect), and Client.Do would copy every request's
+		// headers for them.
+		resp, err := c.transport.RoundTrip(req)
+		if err == nil {
+			return c.classify(parent, ctx, resp)
+		}
+		if !sent.wrote.Load() && sent.reused.Load() && try == 1 && ctx.Err() == nil {
+			// A kept-alive connection the app had closed, found out
+			// before a byte of the request went: the app cannot have
+			// seen it, so it is sent once more on a new connection.
+			continue
+		}
+		f := failure(parent, ctx, redact(&url.Error{Op: "Post", URL: req.URL.String(), Err: err}), "")
+		if sent.wrote.Load() && !f.MayBeRunning && !f.Unreachable {
+			// The app may have read the whole request before the
+			// connection failed, and may be acting on it.
+			f.MayBeRunning = true
+		}
+		return f
+	}
+}
+
+// newRequest builds the POST. net/http re-sends a request by itself when
+// a kept-alive connection fails before the answer and the request is
+// "replayable": a body it can rewind (GetBody, or none at all) and an
+// Idempotency-Key or X-Idempotency-Key header. The app may have acted on
+// the first copy, and the caller, who decides every re-send, would see
+// one request and one answer. So a body is given without GetBody, and an
+// empty one, which net/http always counts as rewindable, is sent with
+// the key's header under its lower-case name: the same header on the
+// wire (names are case-insensitive, and HTTP/2 sends them so), but not
+// the one net/http looks for. X-Idempotency-Key is the proxy's own and
+// never comes from the message (isOwned).
+func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.target(r.Path), nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Body) > 0 {
+		req.Body = io.NopCloser(bytes.NewReader(r.Body))
+		req.ContentLength = int64(len(r.Body))
 	}
 	// Sized up front: the map would otherwise grow twice per request.
 	req.Header = make(http.Header, len(r.Meta)+len(r.MessageHeaders)+5)
-	c.setHeaders(req.Header, &r)
-
-	// The Transport, not the Client: redirects are not followed anyway
-	// (see CheckRedirect), and Client.Do would copy every request's
-	// headers for them.
-	resp, err := c.transport.RoundTrip(req)
-	if err != nil {
-		return failure(parent, ctx, redact(&url.Error{Op: "Post", URL: req.URL.String(), Err: err}), "")
+	c.setHeaders(req.Header, r)
+	if len(r.Body) == 0 {
+		if v, ok := req.Header["Idempotency-Key"]; ok {
+			delete(req.Header, "Idempotency-Key")
+			req.Header["idempotency-key"] = v
+		}
 	}
-	return c.classify(parent, ctx, resp)
+	return req, nil
+}
+
+// sendTrace records whether any of the request was written, and on a
+// connection used before: what tells a request the app cannot have seen
+// from one it may be acting on.
+type sendTrace struct {
+	wrote, reused atomic.Bool
+}
+
+func (s *sendTrace) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn:      func(i httptrace.GotConnInfo) { s.reused.Store(i.Reused) },
+		WroteHeaders: func() { s.wrote.Store(true) },
+	}
 }
 
 // classify reads at most maxResp bytes of the answer, closes it and decides.
@@ -362,18 +461,11 @@ func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Resu
 	// Closing a body not read to EOF closes the connection rather than
 	// draining it: that is how an oversized answer is cut off.
 	resp.Body.Close()
-	if err != nil {
-		// The status line said 2xx but the body, which may carry a Dapr
-		// RETRY or DROP, was cut: the app's verdict is unknown, and retrying
-		// with the same Idempotency-Key is the safe side.
-		f := failure(parent, ctx, err, "reading response: ")
-		f.Status, f.RetryAfter = code, res.RetryAfter
-		return f
-	}
 	res.Outcome, res.Reason = Success, "status "+strconv.Itoa(code)
-	if n > c.maxResp {
-		// Too long to hold a Dapr status we could read; the status code
-		// stands.
+	if err != nil || n > c.maxResp || !c.appStatus {
+		// A 2xx is a success unless a complete body says otherwise: the
+		// app acted, and retrying would act again. A body cut short or
+		// too long to read can say nothing.
 		return res
 	}
 	if o, reason, ok := appStatus(resp.Header.Get("Content-Type"), buf.Bytes()); ok {
@@ -390,13 +482,13 @@ func failure(parent, ctx context.Context, err error, prefix string) Result {
 		return Result{Outcome: Retryable, Reason: prefix + "cancelled", Err: fmt.Errorf("forward cancelled: %w", perr), MayBeRunning: true}
 	}
 	reason := transportReason(err)
-	timedOut := ctx.Err() != nil
-	if timedOut {
-		reason = "timeout"
+	abandoned := ctx.Err() != nil
+	if abandoned {
+		reason = "no answer within app.max_request_time"
 	}
 	return Result{Outcome: Retryable, Reason: prefix + reason, Err: err,
 		Unreachable:  reason == "connection refused" || reason == "socket missing",
-		MayBeRunning: timedOut}
+		MayBeRunning: abandoned, Abandoned: abandoned}
 }
 
 // Probe GETs healthURL (absolute, or a path relative to Config.URL) through

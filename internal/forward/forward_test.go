@@ -360,7 +360,12 @@ func TestDoHonoursDaprStatus(t *testing.T) {
 		{"RETRY", 200, "application/json", `{"status":"RETRY"}`, Retryable, "app status RETRY"},
 		{"retry mixed case", 200, "application/json; charset=utf-8", `{"status":"Retry"}`, Retryable, "app status RETRY"},
 		{"DROP", 200, "application/json", `{"status":"DROP","message":"bad invoice"}`, Permanent, "app status DROP"},
-		{"unknown status retries", 200, "application/json", `{"status":"PENDING"}`, Retryable, `app status "PENDING"`},
+		// Only Dapr's own words change a 2xx: what most REST handlers
+		// answer is a success, not a retry (a retry is a second effect).
+		{"ok is success", 200, "application/json", `{"status":"ok"}`, Success, "status 200"},
+		{"created is success", 201, "application/json", `{"status":"created","id":7}`, Success, "status 201"},
+		{"Accepted is success", 202, "application/json", `{"status":"Accepted"}`, Success, "status 202"},
+		{"unknown word is success", 200, "application/json", `{"status":"PENDING"}`, Success, "status 200"},
 		{"empty status is success", 200, "application/json", `{"status":""}`, Success, "status 200"},
 		{"no status field", 200, "application/json", `{"ok":true}`, Success, "status 200"},
 		{"status not a string", 200, "application/json", `{"status":1}`, Success, "status 200"},
@@ -390,6 +395,27 @@ func TestDoHonoursDaprStatus(t *testing.T) {
 				t.Errorf("result = %v %d %q, want %v %d %q", res.Outcome, res.Status, res.Reason, tt.want, tt.code, tt.reason)
 			}
 		})
+	}
+}
+
+// dapr_status: false makes every 2xx a success, Dapr's words included.
+func TestDoIgnoreAppStatus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"status":"`+r.URL.Query().Get("s")+`"}`)
+	}))
+	t.Cleanup(srv.Close)
+	for _, ignore := range []bool{false, true} {
+		c := newClient(t, Config{URL: srv.URL, IgnoreAppStatus: ignore})
+		for word, honoured := range map[string]Outcome{"RETRY": Retryable, "DROP": Permanent} {
+			want := honoured
+			if ignore {
+				want = Success
+			}
+			if res := c.Do(context.Background(), Request{Path: "/?s=" + word}); res.Outcome != want {
+				t.Errorf("IgnoreAppStatus %v, status %s: outcome %v, want %v", ignore, word, res.Outcome, want)
+			}
+		}
 	}
 }
 
@@ -458,38 +484,129 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
-func TestDoTimeout(t *testing.T) {
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
+// A request slower than Timeout is not given up: OnSlow is told, the
+// late answer counts. Only MaxRequestTime gives up on it, and then the
+// app may still be running it.
+func TestDoSlowIsWaitedFor(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := time.ParseDuration(r.URL.Query().Get("after"))
 		if r.URL.Path == "/slow-body" {
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
 		}
 		select {
 		case <-r.Context().Done():
-		case <-release:
+			return
+		case <-time.After(d):
 		}
+		io.WriteString(w, "done")
 	}))
 	t.Cleanup(srv.Close)
-	c := newClient(t, Config{URL: srv.URL, Timeout: 100 * time.Millisecond})
+	c := newClient(t, Config{URL: srv.URL, Timeout: 100 * time.Millisecond, MaxRequestTime: 2 * time.Second})
 	tests := []struct {
-		path, reason string
-		status       int
+		name, path string
+		slow       bool
+		want       Outcome
+		abandoned  bool
+		reason     string
+		status     int
 	}{
-		{"/slow-headers", "timeout", 0},
-		{"/slow-body", "reading response: timeout", 200},
+		{"fast", "/?after=0s", false, Success, false, "status 200", 200},
+		{"late answer", "/?after=400ms", true, Success, false, "status 200", 200},
+		{"late body", "/slow-body?after=400ms", true, Success, false, "status 200", 200},
+		{"no answer", "/?after=1h", true, Retryable, true, "no answer within app.max_request_time", 0},
+		// The status line said 2xx: the app acted, whatever the body.
+		{"body never ends", "/slow-body?after=1h", true, Success, false, "status 200", 200},
 	}
 	for _, tt := range tests {
-		t.Run(tt.path, func(t *testing.T) {
-			res := c.Do(context.Background(), Request{Path: tt.path})
-			if res.Outcome != Retryable || res.Reason != tt.reason || res.Status != tt.status || res.Err == nil || !res.MayBeRunning {
-				t.Errorf("result = %+v, want retryable %q status %d with an error, the app maybe still running it", res, tt.reason, tt.status)
+		t.Run(tt.name, func(t *testing.T) {
+			var slow atomic.Int32
+			res := c.Do(context.Background(), Request{Path: tt.path, OnSlow: func() { slow.Add(1) }})
+			if res.Outcome != tt.want || res.Reason != tt.reason || res.Status != tt.status || res.Abandoned != tt.abandoned || res.MayBeRunning != tt.abandoned {
+				t.Errorf("result = %+v, want %v %q status %d abandoned %v", res, tt.want, tt.reason, tt.status, tt.abandoned)
 			}
-			if res.Duration < 100*time.Millisecond || res.Duration > 5*time.Second {
-				t.Errorf("Duration = %s, want about the 100ms timeout", res.Duration)
+			if got := slow.Load(); res.Slow != tt.slow || (got == 1) != tt.slow || got > 1 {
+				t.Errorf("Slow = %v, OnSlow called %d times; want slow %v", res.Slow, got, tt.slow)
 			}
 		})
+	}
+}
+
+// net/http re-sends a POST by itself when the request has a rewindable
+// body and an Idempotency-Key and a kept-alive connection fails after the
+// app read it. The proxy must see that failure and decide itself: the
+// app got the request once, and the result says it may still run it.
+func TestDoNeverResendsByItself(t *testing.T) {
+	for _, body := range []string{"order-1", ""} {
+		t.Run(fmt.Sprintf("body %q", body), func(t *testing.T) {
+			var seen atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.ReadAll(r.Body)
+				if seen.Add(1) == 1 {
+					return // the first request on the connection is answered
+				}
+				// Later ones: read, acted on, then the connection breaks.
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					conn.Close()
+				}
+			}))
+			t.Cleanup(srv.Close)
+			c := newClient(t, Config{URL: srv.URL})
+			if res := c.Do(context.Background(), Request{Body: []byte(body), IdempotencyKey: "k1"}); res.Outcome != Success {
+				t.Fatalf("first: %+v", res)
+			}
+			res := c.Do(context.Background(), Request{Body: []byte(body), IdempotencyKey: "k2"})
+			if got := seen.Load(); got != 2 {
+				t.Fatalf("the app saw %d requests, want 2: the transport re-sent one by itself", got)
+			}
+			if res.Outcome != Retryable || !res.MayBeRunning {
+				t.Errorf("result = %+v, want retryable and maybe still running (the app read it)", res)
+			}
+		})
+	}
+}
+
+// A kept-alive connection the app closed while idle is found out before
+// any of the request is written: that request is sent again at once on
+// a new connection, since the app cannot have seen it.
+func TestDoRetriesUnwrittenOnStaleConnection(t *testing.T) {
+	var seen atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		seen.Add(1)
+	}))
+	srv.Config.IdleTimeout = 50 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := newClient(t, Config{URL: srv.URL})
+	for i := range 3 {
+		if res := c.Do(context.Background(), Request{Body: []byte("x"), IdempotencyKey: "k"}); res.Outcome != Success {
+			t.Fatalf("request %d: %+v", i, res)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := seen.Load(); got != 3 {
+		t.Errorf("the app saw %d requests, want 3", got)
+	}
+}
+
+// A 2xx whose body is cut short is a success: the app said it acted.
+func TestDo2xxWithCutBodyIsSuccess(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"status\":")
+		buf.Flush()
+		conn.Close()
+	}))
+	t.Cleanup(srv.Close)
+	res := newClient(t, Config{URL: srv.URL}).Do(context.Background(), Request{Body: []byte("x")})
+	if res.Outcome != Success || res.Status != 200 {
+		t.Fatalf("result = %+v, want success", res)
 	}
 }
 
@@ -863,8 +980,8 @@ func TestNewDefaults(t *testing.T) {
 	if c.transport.MaxIdleConnsPerHost != DefaultMaxConns || c.transport.MaxIdleConns != DefaultMaxConns {
 		t.Errorf("pool: MaxIdleConns %d, MaxIdleConnsPerHost %d, want %d", c.transport.MaxIdleConns, c.transport.MaxIdleConnsPerHost, DefaultMaxConns)
 	}
-	if !c.transport.DisableCompression || c.transport.Proxy != nil || c.transport.IdleConnTimeout != 90*time.Second {
-		t.Error("transport: want compression off, no proxy, 90s idle timeout")
+	if !c.transport.DisableCompression || c.transport.Proxy != nil || c.transport.IdleConnTimeout != time.Second {
+		t.Error("transport: want compression off, no proxy, 1s idle timeout (below the app servers' own)")
 	}
 	if c.transport.Protocols.HTTP2() || !c.transport.Protocols.HTTP1() {
 		t.Error("transport: want HTTP/1.1 only")

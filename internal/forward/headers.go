@@ -33,9 +33,10 @@ func isHopByHop(lower string) bool {
 
 // isOwned reports the headers dedupe-proxy itself states to the app. A
 // producer must not be able to set them: an app that trusts
-// X-Dedupe-Redelivered or Idempotency-Key would be lied to.
+// X-Dedupe-Redelivered or Idempotency-Key would be lied to (and with
+// X-Idempotency-Key net/http would re-send the request by itself).
 func isOwned(lower string) bool {
-	return lower == "content-type" || lower == "idempotency-key" || strings.HasPrefix(lower, "x-dedupe-")
+	return lower == "content-type" || lower == "idempotency-key" || lower == "x-idempotency-key" || strings.HasPrefix(lower, "x-dedupe-")
 }
 
 // validateHeaderAllowlist checks Config.HeaderAllowlist: every entry must be

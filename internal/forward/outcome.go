@@ -145,21 +145,18 @@ func appStatus(contentType string, body []byte) (o Outcome, reason string, ok bo
 		// daprd, too, treats an answer it cannot parse as success.
 		return 0, "", false
 	}
-	switch s := strings.ToUpper(*v.Status); s {
-	case "", "SUCCESS":
-		return 0, "", false
+	// Only Dapr's own words change a 2xx. Any other status word ("ok",
+	// "created", "Accepted": what most REST handlers answer) leaves it a
+	// success: the app acted, and a retry would make it act again.
+	// (daprd retries a word it does not know; for an app that is not a
+	// Dapr app that is a double effect per retry.)
+	switch strings.ToUpper(*v.Status) {
 	case "RETRY":
 		return Retryable, "app status RETRY", true
 	case "DROP":
 		return Permanent, "app status DROP", true
-	default:
-		// daprd retries a status it does not know: a newer app may mean
-		// something we cannot honour, and a retry loses nothing.
-		if len(s) > 32 {
-			s = s[:32]
-		}
-		return Retryable, "app status " + strconv.QuoteToASCII(s), true
 	}
+	return 0, "", false
 }
 
 func looksJSON(contentType string, body []byte) bool {

@@ -35,13 +35,15 @@ const (
 	EventAppWait        = "app_wait"         // held before its claim because app.health_url said the app was down
 	EventPanic          = "panic"            // a bug panicked while handling it; recovered, claim released or left to expire, given back
 	EventStoreKeyError  = "store_key_error"  // the key's seen-set entry is unusable (wrong type, foreign value): dead-lettered or held
+	EventSlow           = "slow"             // the app had not answered within app.timeout; the request stays open, the key held
+	EventAbandoned      = "abandoned"        // no answer within app.max_request_time: given up while the app may still run it, so a second request may overlap it
 )
 
 var (
 	results = []string{Forwarded, Duplicate, DeadLettered, Requeued}
 	events  = []string{EventNoKey, EventBusy, EventRetry, EventStoreError, EventStoreFailOpen, EventCommitFailed,
 		EventLeaseLost, EventSettleFailed, EventBodyTooLarge, EventDeadLetterFail, EventFailed, EventAppWait,
-		EventPanic, EventStoreKeyError}
+		EventPanic, EventStoreKeyError, EventSlow, EventAbandoned}
 	classes  = []string{"2xx", "3xx", "4xx", "5xx", "error"}
 	storeOps = []string{"claim", "renew", "commit", "release", "forget", "status", "ping"}
 )

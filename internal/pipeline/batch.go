@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/claim"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 )
@@ -134,8 +135,8 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 	}
 	// The leases start no earlier than this.
 	claimedAt := time.Now()
-	ctx, cancel := context.WithTimeout(p.hard, 5*time.Second)
-	replies := seenset.ClaimMany(ctx, p.o.Store, items, p.o.Lease)
+	ctx, cancel := context.WithTimeout(p.hard, claim.DefaultOpTimeout)
+	replies := seenset.ClaimMany(ctx, p.claims.Store(), items, p.o.Lease)
 	cancel()
 	var err error
 	for _, r := range replies {
@@ -144,7 +145,6 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 			break
 		}
 	}
-	p.observe("claim", claimedAt, err)
 	if err == nil {
 		for j, i := range at {
 			claims[i].result = replies[j].Result
@@ -234,18 +234,9 @@ func (c *committer) commit(todo []pendingCommit) {
 		items[i] = seenset.KeyToken{Key: t.w.full, Token: t.token}
 	}
 	// As commit: even during shutdown, the app already acted.
-	ctx, cancel := context.WithTimeout(p.calm, 5*time.Second)
-	start := time.Now()
-	errs := seenset.CommitMany(ctx, p.o.Store, items, p.o.TTL)
+	ctx, cancel := context.WithTimeout(p.calm, claim.DefaultOpTimeout)
+	errs := seenset.CommitMany(ctx, p.claims.Store(), items, p.o.TTL)
 	cancel()
-	var first error
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
-			first = err
-			break
-		}
-	}
-	p.observe("commit", start, first)
 	for i, t := range todo {
 		switch err := errs[i]; {
 		case err == nil:

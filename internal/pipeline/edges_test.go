@@ -24,17 +24,19 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 func event(m *metrics.Metrics, name string) float64 {
 	return promtest.ToFloat64(m.Events.WithLabelValues("s", name))
 }
 
-// The app takes 700 ms, the proxy gives up after 300 ms. Neither the
-// proxy's own retry nor another replica's redelivery may reach the app
-// while that first request still runs: the claim is kept for a lease
-// after the timeout instead of being released.
-func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
+// The app takes 2.5 s: longer than app.timeout (300 ms) and than the
+// lease (1 s). The request is not abandoned: the proxy keeps its
+// connection open and the lease renewed, takes the late 2xx, commits and
+// acks. Neither its own retry nor another replica's redelivery reaches
+// the app meanwhile; the redelivery finds the key done.
+func TestSlowRequestIsWaitedForNotOverlapped(t *testing.T) {
 	var running, maxRunning, calls atomic.Int32
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := running.Add(1)
@@ -46,7 +48,7 @@ func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
 			}
 		}
 		if calls.Add(1) == 1 {
-			time.Sleep(700 * time.Millisecond) // an app that ignores the closed connection
+			time.Sleep(2500 * time.Millisecond)
 		}
 	}))
 	defer app.Close()
@@ -55,15 +57,16 @@ func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fwd.Close()
-	st := seenset.NewMemory()
-	replica := func() broker.Handler {
+	st := redisStore(t)
+	m := metrics.New(nil)
+	replica := func(m *metrics.Metrics) broker.Handler {
 		return pipeline.New(pipeline.Options{
 			Consumer: "c", Store: st, Forwarder: fwd, Lease: time.Second, TTL: time.Hour,
 			MaxAttempts: 5, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-			BusyDelay: 20 * time.Millisecond, CommitAttempts: 3,
+			BusyDelay: 20 * time.Millisecond, CommitAttempts: 3, Metrics: m,
 		}).Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true})
 	}
-	a, b := replica(), replica()
+	a, b := replica(m), replica(nil)
 	da := newRecDelivery("slow")
 	aDone := make(chan struct{})
 	go func() { a(da); close(aDone) }()
@@ -71,7 +74,7 @@ func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// Replica B gets the message again and again (a requeue loop) until
-	// it acks it, while A times out, waits and retries.
+	// it acks it, while A waits for the slow answer.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		db := newRecDelivery("slow")
@@ -88,11 +91,63 @@ func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
 	if m := maxRunning.Load(); m != 1 {
 		t.Fatalf("%d requests for one key ran at the app at once, want 1", m)
 	}
-	if n := calls.Load(); n != 2 {
-		t.Fatalf("%d requests, want 2 (the timed-out one and one retry)", n)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d requests, want 1: the slow one, whose late 2xx is taken", n)
 	}
 	if got := da.settled(); len(got) != 1 || got[0] != "ack" {
 		t.Fatalf("replica A settled %v, want ack", got)
+	}
+	if got := event(m, metrics.EventSlow); got != 1 {
+		t.Errorf("slow events = %v, want 1", got)
+	}
+	if got := promtest.ToFloat64(m.Messages.WithLabelValues("s", metrics.Forwarded)); got != 1 {
+		t.Errorf("forwarded = %v, want 1: the late 2xx commits and acks", got)
+	}
+}
+
+// Past app.max_request_time the proxy gives up on a request the app may
+// still be running: it says so (event "abandoned"), keeps the key for a
+// lease and only then sends it again.
+func TestAbandonedRequestIsCountedAndKept(t *testing.T) {
+	var calls atomic.Int32
+	firstEnded := make(chan time.Time, 1)
+	secondAt := make(chan time.Time, 1)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			time.Sleep(1200 * time.Millisecond) // an app that ignores the closed connection
+			firstEnded <- time.Now()
+			return
+		}
+		secondAt <- time.Now()
+	}))
+	defer app.Close()
+	fwd, err := forward.New(forward.Config{URL: app.URL, Timeout: 100 * time.Millisecond, MaxRequestTime: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fwd.Close()
+	m := metrics.New(nil)
+	h := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: redisStore(t), Forwarder: fwd, Lease: time.Second, TTL: time.Hour,
+		MaxAttempts: 5, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		BusyDelay: 20 * time.Millisecond, CommitAttempts: 3, Metrics: m, MaxRequestTime: 400 * time.Millisecond,
+	}).Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true})
+	d := newRecDelivery("abandoned")
+	h(d)
+	if got := d.settled(); len(got) != 1 || got[0] != "ack" {
+		t.Fatalf("settled %v, want ack after the retry", got)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d requests, want 2", n)
+	}
+	// The first request was given up at 400 ms and the key kept for a
+	// lease (1 s) from then: the second went no earlier than 1.4 s after
+	// the first started, after the 1.2 s the app took.
+	if first, second := <-firstEnded, <-secondAt; second.Before(first) {
+		t.Errorf("the retry reached the app %s before the abandoned request ended", first.Sub(second))
+	}
+	if got := event(m, metrics.EventAbandoned); got != 1 {
+		t.Errorf("abandoned events = %v, want 1", got)
 	}
 }
 
@@ -342,4 +397,15 @@ type infoDelivery struct {
 func (d *infoDelivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
 	*d.info = info
 	return d.recDelivery.DeadLetter(ctx, info)
+}
+
+// redisStore is a seen-set on the shared Redis under a prefix of its own.
+func redisStore(t *testing.T) seenset.Store {
+	t.Helper()
+	st, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{testutil.RedisAddr()}, Prefix: testutil.UniqueName("edges-") + ":"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -18,13 +18,14 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
+
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/claim"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
@@ -62,10 +63,14 @@ type Options struct {
 	Jitter               float64
 	BusyDelay            time.Duration
 	CommitAttempts       int
-	MaxBodyBytes         int64
-	LogBodies            bool
-	Logger               *slog.Logger
-	Metrics              *metrics.Metrics
+	// MaxRequestTime is how long a request the app has not answered is
+	// waited for (app.max_request_time); forward.Client enforces it, and a
+	// request cut short by a shutdown keeps its claim until then.
+	MaxRequestTime time.Duration
+	MaxBodyBytes   int64
+	LogBodies      bool
+	Logger         *slog.Logger
+	Metrics        *metrics.Metrics
 	// Gate, when set, is waited on before every claim and forward.
 	Gate Gate
 }
@@ -103,23 +108,17 @@ type Pipeline struct {
 	hard     context.Context
 	// calm is hard without its cancellation, made once: commits, renewals
 	// and releases run on through a shutdown.
-	calm   context.Context
-	abort  context.CancelFunc
-	tokens *seenset.Tokens
+	calm  context.Context
+	abort context.CancelFunc
+	// claims is the claim protocol every message goes through (claim,
+	// hold, commit, release, keep), the same one the webhook handler uses.
+	claims *claim.Protocol
 	locals *localClaims
 	// store and app log when Redis or the app goes down and comes back,
 	// once each way; per-message lines about it are debug. app is nil
 	// with a Gate, whose health check logs the app's state.
 	store, app *statelog.Tracker
 	kept       keptClaims
-	// storeObs are the store-duration series by operation, resolved once:
-	// WithLabelValues hashes its labels on every call, twice per message.
-	storeObs map[string]storeObserver
-}
-
-type storeObserver struct {
-	duration prometheus.Observer
-	errors   prometheus.Counter
 }
 
 // New returns a Pipeline.
@@ -136,11 +135,10 @@ func New(o Options) *Pipeline {
 	if o.CommitAttempts < 1 {
 		o.CommitAttempts = 1
 	}
-	hard, abort := context.WithCancel(context.Background())
-	obs := make(map[string]storeObserver, 4)
-	for _, op := range []string{"claim", "commit", "renew", "release"} {
-		obs[op] = storeObserver{o.Metrics.StoreDuration.WithLabelValues(op), o.Metrics.StoreErrors.WithLabelValues(op)}
+	if o.MaxRequestTime <= 0 {
+		o.MaxRequestTime = forward.DefaultMaxRequestTime
 	}
+	hard, abort := context.WithCancel(context.Background())
 	storeDown := "seen-set unreachable: messages are neither forwarded nor acked until it is back"
 	if o.FailOpenOnStoreError {
 		storeDown = "seen-set unreachable: forwarding without dedupe until it is back (on_store_error: forward)"
@@ -149,10 +147,9 @@ func New(o Options) *Pipeline {
 	if o.Gate == nil {
 		app = statelog.New(o.Logger, "app unreachable: messages wait unacked until it answers", "app answers again")
 	}
-	return &Pipeline{
+	p := &Pipeline{
 		store:    statelog.New(o.Logger, storeDown, "seen-set reachable again"),
 		app:      app,
-		storeObs: obs,
 		o:        o,
 		log:      o.Logger,
 		m:        o.Metrics,
@@ -161,8 +158,16 @@ func New(o Options) *Pipeline {
 		calm:     context.WithoutCancel(hard),
 		abort:    abort,
 		locals:   newLocalClaims(),
-		tokens:   seenset.NewTokens(),
 	}
+	p.claims = claim.New(claim.Options{
+		Store:          o.Store,
+		Observers:      []seenset.Observer{o.Metrics.Store(), claim.StoreState{Tracker: p.store}},
+		Lease:          o.Lease,
+		TTL:            o.TTL,
+		CommitAttempts: o.CommitAttempts,
+		Backoff:        func(try int) time.Duration { return p.backoff(try, 0) },
+	})
+	return p
 }
 
 // Drain stops retries and waits: messages waiting for a retry, a busy key
@@ -331,11 +336,8 @@ func (w *work) claim(token string) (seenset.ClaimResult, error) {
 	p := w.p
 	unusable := 0
 	for i := 1; ; i++ {
-		ctx, cancel := context.WithTimeout(p.hard, 5*time.Second)
-		start := time.Now()
-		res, err := p.o.Store.Claim(ctx, w.full, token, p.o.Lease)
-		cancel()
-		p.observe("claim", start, err)
+		w.leaseFrom = time.Now()
+		res, err := p.claims.Claim(p.hard, w.full, token)
 		if err == nil {
 			return res, nil
 		}
@@ -366,7 +368,11 @@ func (w *work) claim(token string) (seenset.ClaimResult, error) {
 // unusable is tried before the message is dead-lettered or held.
 const keyUnusableTries = 3
 
-// forward sends one attempt, renewing the lease while it runs.
+// forward sends one attempt, holding the claim (renewing its lease) for
+// as long as the request is open. A request the app has not answered
+// within app.timeout is slow, not abandoned: it is waited for up to
+// app.max_request_time with the claim held, and its late answer settles
+// the message as an early one would.
 func (w *work) forward() forward.Result {
 	p := w.p
 	w.attempt++
@@ -378,16 +384,18 @@ func (w *work) forward() forward.Result {
 		Attempt:        w.attempt,
 		Meta:           w.metaHeaders(),
 		MessageHeaders: w.m.Headers,
+		OnSlow:         w.slow,
 	}
 	if w.withStore {
 		// Deferred: a panic in Do must not leave the renewal running,
 		// which would hold the key for ever.
-		defer w.renewLease(w.token)()
+		defer p.claims.Hold(w.full, w.token, w.leaseFrom, w.renewLost)()
 	}
 	w.sent = true
-	// Neither Drain nor a lost channel cancels a forward in progress: the
-	// app may be acting on it, and finishing lets us commit, which turns
-	// the redelivery into a duplicate instead of a second effect.
+	// Neither Drain nor a lost channel (a Kafka revocation) cancels a
+	// forward in progress: the app may be acting on it, and finishing
+	// lets us commit, which turns the redelivery into a duplicate instead
+	// of a second effect. Only Abort (shutdown_timeout) does.
 	res := p.o.Forwarder.Do(p.hard, req)
 	switch {
 	case res.Unreachable:
@@ -395,81 +403,45 @@ func (w *work) forward() forward.Result {
 	case res.Status != 0:
 		p.app.Up()
 	}
+	if res.Abandoned {
+		w.event(metrics.EventAbandoned)
+		p.log.Error("no answer from the app within app.max_request_time; giving up on the request while the app may still be working on it, so a second request for this key may now overlap it",
+			w.attrs(slog.Int("attempt", w.attempt), slog.Duration("max_request_time", p.o.MaxRequestTime))...)
+	} else if res.Slow && res.Status != 0 {
+		p.log.Info("late answer from the app", w.attrs(slog.Int("status", res.Status), slog.Duration("took", res.Duration), slog.Int("attempt", w.attempt))...)
+	}
 	w.s.m.duration.Observe(res.Duration.Seconds())
 	w.s.m.classes[metrics.StatusClass(res.Status)].Inc()
 	return res
 }
 
-// renewLease renews the lease every lease/3 until stop is called. A timer
-// that re-arms itself costs no goroutine per message; stop waits for a
-// renewal in progress, so none runs after the commit (it would find the
-// key done and report a lost lease that was not lost).
-func (w *work) renewLease(token string) (stop func()) {
-	r := &renewal{w: w, token: token}
-	// Held while t is assigned: the callback reads t under mu.
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.t = time.AfterFunc(w.p.o.Lease/3, r.tick)
-	return r.stop
+// slow is told when the app has not answered within app.timeout.
+func (w *work) slow() {
+	w.event(metrics.EventSlow)
+	w.p.log.Warn("the app has not answered within app.timeout; waiting for its answer, with the key held, up to app.max_request_time",
+		w.attrs(slog.Int("attempt", w.attempt), slog.Duration("max_request_time", w.p.o.MaxRequestTime))...)
 }
 
-// renewal is one forward's lease renewal: its state in one allocation
-// rather than a closure capturing each variable.
-type renewal struct {
-	w       *work
-	token   string
-	mu      sync.Mutex
-	stopped bool
-	t       *time.Timer
-}
+// renewLost is told when a renewal found the claim gone while the
+// request was open.
+func (w *work) renewLost(error) { w.leaseLost("lease lost while forwarding") }
 
-func (r *renewal) tick() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	if errors.Is(r.w.renew(r.token), seenset.ErrNotOwner) {
-		r.w.leaseLost("lease lost while forwarding")
-		return
-	}
-	r.t.Reset(r.w.p.o.Lease / 3)
-}
-
-func (r *renewal) stop() {
-	r.mu.Lock()
-	r.stopped = true
-	r.t.Stop()
-	r.mu.Unlock()
-}
-
-// commit records the success, retrying a bounded number of times. It runs
-// even during shutdown: the app already acted, and a lost commit is the one
-// window in which a redelivery is forwarded again.
+// commit records the success; it runs even during shutdown: the app
+// already acted, and a lost commit is the one window in which a
+// redelivery is forwarded again.
 func (w *work) commit(token string) {
 	p := w.p
 	w.held = ""
 	defer w.dropLocal()
-	var err error
-	for i := 1; i <= p.o.CommitAttempts; i++ {
-		ctx, cancel := context.WithTimeout(p.calm, 5*time.Second)
-		start := time.Now()
-		err = p.o.Store.Commit(ctx, w.full, token, p.o.TTL)
-		cancel()
-		p.observe("commit", start, err)
-		if err == nil {
-			return
-		}
-		if errors.Is(err, seenset.ErrNotOwner) {
-			w.leaseLost("commit refused: the lease expired")
-			return
-		}
-		if i < p.o.CommitAttempts {
-			time.Sleep(p.backoff(i, 0))
-		}
+	err := p.claims.Commit(p.calm, w.full, token)
+	switch {
+	case err == nil:
+	case errors.Is(err, seenset.ErrNotOwner):
+		w.leaseLost("commit refused: the lease expired")
+	default:
+		w.event(metrics.EventCommitFailed)
+		p.log.Error("commit failed after the app succeeded; acking anyway, the Idempotency-Key is the app's defence against a redelivery", w.attrs(slog.String("err", err.Error()))...)
 	}
-	w.event(metrics.EventCommitFailed)
-	p.log.Error("commit failed after the app succeeded; acking anyway, the Idempotency-Key is the app's defence against a redelivery", w.attrs(slog.String("err", err.Error()))...)
 }
 
 // releasePrior gives up a claim this message may hold from its batch, so
@@ -484,13 +456,8 @@ func (w *work) releasePrior() {
 // renew extends the lease on token. It runs even while the pipeline is
 // stopping (Abort cancels the forward, and keepClaim renews after it).
 func (w *work) renew(token string) error {
-	p := w.p
-	ctx, cancel := context.WithTimeout(p.calm, p.o.Lease/3)
-	start := time.Now()
-	err := p.o.Store.Renew(ctx, w.full, token, p.o.Lease)
-	cancel()
-	p.observe("renew", start, err)
-	return err
+	w.leaseFrom = time.Now()
+	return w.p.claims.Renew(w.p.calm, w.full, token)
 }
 
 // leaseLost reports a claim found to be someone else's: its lease
@@ -505,36 +472,40 @@ func (w *work) leaseLost(msg string) {
 	w.p.log.Error(msg, w.attrs()...)
 }
 
-// keepClaim is release's opposite for a request that may still be
-// running at the app (timeout, shutdown abort): the claim is renewed once
-// and left to expire, so that for a whole lease from now no replica — this
-// one included — sends the key again while the first request may still
-// be acting. A retry here waits for it (notBefore); a redelivery
-// elsewhere finds the key busy until then.
-func (w *work) keepClaim(token string) {
+// keepClaim is release's opposite, for a request that may still be
+// running at the app (cut short by a shutdown, given up at
+// app.max_request_time, or its connection broke after it was written):
+// the claim is left to expire, so that meanwhile no replica, this one
+// included, sends the key again. until is when it may expire at the
+// earliest; it is held a lease from now at least. A retry here waits for
+// it (notBefore); a redelivery elsewhere finds the key busy until then.
+func (w *work) keepClaim(token string, until time.Time) {
 	p := w.p
 	w.held = ""
 	w.dropLocal()
-	_ = w.renew(token)
-	// Counted from now even when the renewal failed: the lease may still
+	until = later(until, time.Now().Add(p.o.Lease))
+	_ = p.claims.Keep(p.calm, w.full, token, until)
+	// Counted as kept even when that renewal failed: the lease may still
 	// run (it was renewed at most lease/3 ago), and waiting too long is
 	// the safe side.
-	w.notBefore = time.Now().Add(p.o.Lease)
+	w.notBefore = until
 	p.kept.keep(w.full, w.notBefore)
-	p.log.Info("no answer from the app; the key stays claimed until its lease expires so it is not sent again meanwhile",
-		w.attrs(slog.String("reason", w.last.Reason), slog.Duration("lease", p.o.Lease))...)
+	p.log.Info("no answer from the app; the key stays claimed, so it is not sent again while the request may still run",
+		w.attrs(slog.String("reason", w.last.Reason), slog.Time("until", until))...)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (w *work) release(token string) {
 	p := w.p
 	w.held = ""
 	defer w.dropLocal()
-	ctx, cancel := context.WithTimeout(p.calm, 2*time.Second)
-	start := time.Now()
-	err := p.o.Store.Release(ctx, w.full, token)
-	cancel()
-	p.observe("release", start, err)
-	if err != nil {
+	if err := p.claims.Release(p.calm, w.full, token); err != nil {
 		// Harmless: the lease expires by itself.
 		p.log.Log(context.Background(), storeErrLevel(err), "release failed; the lease will expire", w.attrs(slog.String("err", err.Error()))...)
 	}
@@ -638,20 +609,7 @@ func (p *Pipeline) backoff(attempt int, retryAfter time.Duration) time.Duration 
 }
 
 func (p *Pipeline) newToken() string {
-	return p.tokens.Next()
-}
-
-func (p *Pipeline) observe(op string, start time.Time, err error) {
-	o := p.storeObs[op]
-	o.duration.Observe(time.Since(start).Seconds())
-	if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
-		o.errors.Inc()
-	}
-	if errors.Is(err, seenset.ErrUnavailable) {
-		p.store.Down(err)
-	} else {
-		p.store.Up() // it answered, even with ErrNotOwner or an unusable key
-	}
+	return p.claims.NewToken()
 }
 
 // settleErrLevel: a settle that failed because the delivery's channel or

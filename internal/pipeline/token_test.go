@@ -13,18 +13,21 @@ func TestTokensUniqueAndShort(t *testing.T) {
 	seen := map[string]bool{}
 	for range 3 {
 		p := New(Options{})
-		if len(p.tokens.Prefix()) != 11 {
-			t.Fatalf("prefix %q: %d characters, want 11", p.tokens.Prefix(), len(p.tokens.Prefix()))
+		first := p.newToken()
+		prefix := first[:len(first)-1]
+		if len(prefix) != 11 || first[len(first)-1] != '1' {
+			t.Fatalf("first token %q: want an 11-character prefix and the counter 1", first)
 		}
+		seen[first] = true
 		var tok string
-		for range 1296 { // 36²: the counter reaches 3 digits
+		for range 1295 { // to 36²: the counter reaches 3 digits
 			tok = p.newToken()
 			if seen[tok] || strings.Contains(tok, ":") {
 				t.Fatalf("token %q repeated or holds ':'", tok)
 			}
 			seen[tok] = true
 		}
-		if want := p.tokens.Prefix() + "100"; tok != want {
+		if want := prefix + "100"; tok != want {
 			t.Fatalf("token %d = %q, want %q", 1296, tok, want)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/claim"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
@@ -50,8 +51,10 @@ type work struct {
 	group *committer
 	// ahead is a claim taken ahead by the batch (ClaimMany), used by the
 	// first acquire if it is still good.
-	ahead     string
-	aheadTime time.Time
+	ahead string
+	// leaseFrom is when the held claim's lease was last set (the claim or
+	// renewal was sent): its renewals are scheduled from it.
+	leaseFrom time.Time
 	// prior is a token this message may hold a claim under already (a
 	// batch claim whose answer was lost): the first claim reuses it, and
 	// a claim under the same token is idempotent, so the message does not
@@ -303,6 +306,7 @@ func (w *work) useAhead(token string, claimedAt time.Time) bool {
 	}
 	// Claimed while earlier messages were forwarded: a lease older than
 	// a third of its life is renewed first, as a forward would.
+	w.leaseFrom = claimedAt
 	if time.Since(claimedAt) > p.o.Lease/3 {
 		if err := w.renew(token); err != nil {
 			if !errors.Is(err, seenset.ErrNotOwner) {
@@ -339,8 +343,14 @@ func (w *work) settle(res forward.Result) next {
 	}
 	// Retryable.
 	if w.withStore {
-		if res.MayBeRunning {
-			w.keepClaim(w.token)
+		if claim.Decide(res) == claim.Keep {
+			until := time.Time{}
+			if p.hard.Err() != nil {
+				// Cut short by the shutdown: the app may go on with it for
+				// as long as a request may last.
+				until = time.Now().Add(p.o.MaxRequestTime - res.Duration)
+			}
+			w.keepClaim(w.token, until)
 		} else {
 			w.releaseClaim()
 		}
