@@ -45,8 +45,8 @@ type Admin struct {
 
 // App is the unchanged consumer the proxy forwards to.
 type App struct {
-	URL              string        `mapstructure:"url"`
-	Socket           string        `mapstructure:"socket"`
+	URL    string `mapstructure:"url"`
+	Socket string `mapstructure:"socket"`
 	// Timeout is how long the app may take before a request counts as
 	// slow; MaxRequestTime how long a slow request is still waited for,
 	// with its key held, before it is given up (and a second request for
