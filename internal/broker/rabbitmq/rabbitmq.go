@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 )
@@ -129,7 +129,7 @@ func (s *Source) Close() error {
 
 // Run implements broker.Source.
 func (s *Source) Run(ctx context.Context, h broker.Handler) error {
-	delay := s.o.ReconnectInitial
+	retry := backoff.New(s.reconnect())
 	first := true
 	// One warning when consuming stops (or cannot start), debug lines for
 	// the retries after it; "rabbitmq consuming" says it is back.
@@ -140,8 +140,9 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 		}
 		if connected {
 			first = false
-			delay = s.o.ReconnectInitial
+			retry.Reset()
 		}
+		delay := retry.Next()
 		msg := "rabbitmq connection lost, reconnecting"
 		if !connected {
 			// Never got to consuming: a wrong URL, credentials or queue
@@ -154,13 +155,16 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 			s.down = time.Now()
 		}
 		s.log.Log(ctx, level, msg, "err", errText(err), "retry_in", delay.String())
-		select {
-		case <-ctx.Done():
+		if !backoff.Wait(ctx, nil, delay) {
 			return nil
-		case <-time.After(delay):
 		}
-		delay = time.Duration(math.Min(float64(delay*2), float64(s.o.ReconnectMax)))
 	}
+}
+
+// reconnect is the backoff between sessions, and between attempts to
+// reopen the dead-letter channel.
+func (s *Source) reconnect() backoff.Policy {
+	return backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax}
 }
 
 // session is one connection's lifetime: it returns when the connection or
