@@ -45,12 +45,26 @@ demo-exactly-once: build ## Go example + PostgreSQL behind 2 proxies under SIGKI
 vet: ## go vet
 	go vet ./...
 
+# The linter, pinned; make lint installs it into bin/tools (not committed)
+# the first time, and again when this version changes.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml on the module and helm/charttest (installs the pinned version into bin/tools)
+	$(GOLANGCI_LINT) run ./...
+	cd helm/charttest && $(CURDIR)/$(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+
+$(GOLANGCI_LINT):
+	GOBIN=$(CURDIR)/bin/tools go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv bin/tools/golangci-lint $@
+
 fmt-check: ## Fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-check: ## Everything CI runs: gofmt, vet, tests, the embedded and exactly-once demos, the chaos and Redis failover suites, the chart checks; the tree must not change
+check: ## Everything CI runs: gofmt, vet, lint, tests, the embedded and exactly-once demos, the chaos and Redis failover suites, the chart checks; the tree must not change
 	@before=$$(git status --porcelain); \
-	$(MAKE) --no-print-directory fmt-check vet test demo-embedded demo-exactly-once chaos redis-failover chart-check || exit 1; \
+	$(MAKE) --no-print-directory fmt-check vet lint test demo-embedded demo-exactly-once chaos redis-failover chart-check || exit 1; \
 	after=$$(git status --porcelain); \
 	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 

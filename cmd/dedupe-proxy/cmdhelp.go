@@ -69,10 +69,13 @@ Read Kubernetes manifests (one or many YAML documents; stdin by default)
 and write them back with the dedupe-proxy sidecar added to every Pod,
 Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob whose pod
 template is annotated dedupe-proxy.io/inject: "true". Further
-annotations name the config ConfigMap (dedupe-proxy.io/config, required),
-credentials Secrets, the image and a native sidecar. Every other document
-is written back unchanged, and injecting twice gives the same output.
-On an error nothing is written to stdout and the exit status is 1.
+annotations name the config ConfigMap (dedupe-proxy.io/config; without
+it dedupe-proxy, the chart's mode shared ConfigMap of release
+dedupe-proxy), credentials Secrets, the image and a native sidecar. Every
+other document is written back unchanged, and injecting twice gives the
+same output. On an error (a bad annotation, or a field such as
+containers in a shape inject cannot edit) nothing is written to stdout
+and the exit status is 1.
 
   kubectl apply -f <(dedupe-proxy inject -f app.yaml)
   helm install app ./chart --post-renderer dedupe-proxy --post-renderer-args inject

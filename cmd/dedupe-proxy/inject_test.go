@@ -46,4 +46,12 @@ func TestInjectCommand(t *testing.T) {
 	if code != 1 || out.Len() != 0 || !strings.Contains(errb.String(), `Pod/debug-consumer: metadata.annotations: annotation dedupe-proxy.io/inject: must be "true" or "false", got "yes"`) {
 		t.Errorf("bad annotation: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
+
+	// A shape inject cannot edit: the same, never a pod without its app.
+	out.Reset()
+	errb.Reset()
+	code = injectCmd([]string{"-q", "-f", filepath.Join(golden, "invalid", "containers-string.yaml")}, strings.NewReader(""), &out, &errb)
+	if code != 1 || out.Len() != 0 || !strings.Contains(errb.String(), `Deployment/shop/orders: spec.template.spec.containers: want a list, got str "oops"`) {
+		t.Errorf("containers: \"oops\": exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
 }

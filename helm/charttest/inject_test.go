@@ -22,6 +22,12 @@ import (
 
 const injectGoldens = "../../internal/inject/testdata"
 
+// defaultConfigMap is inject's ConfigMap for a workload without the
+// dedupe-proxy.io/config annotation (inject.DefaultConfigMap, which this
+// module cannot import); TestInjectDefaultIsSharedRelease ties it to the
+// chart.
+const defaultConfigMap = "dedupe-proxy"
+
 var (
 	binOnce sync.Once
 	binPath string
@@ -128,7 +134,10 @@ func checkInjected(t *testing.T, pt PodTemplate) {
 	if native && (proxy.RestartPolicy == nil || *proxy.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
 		t.Errorf("%s %s: native sidecar without restartPolicy: Always", pt.Kind, pt.Name)
 	}
-	cm := pt.Meta.Annotations["dedupe-proxy.io/config"]
+	cm, named := pt.Meta.Annotations["dedupe-proxy.io/config"]
+	if !named {
+		cm = defaultConfigMap
+	}
 	if pt.Meta.Labels[injectLabel] != cm {
 		t.Errorf("%s %s: label %s=%q, want %q", pt.Kind, pt.Name, injectLabel, pt.Meta.Labels[injectLabel], cm)
 	}
@@ -261,5 +270,55 @@ func TestPostRenderer(t *testing.T) {
 		if strings.Contains(doc, "orders-web") && !strings.Contains(string(out), doc) {
 			t.Errorf("not-annotated document changed:\n%s", doc)
 		}
+	}
+}
+
+// TestInjectDefaultIsSharedRelease: a workload with only
+// dedupe-proxy.io/inject: "true" mounts the ConfigMap that the chart in
+// mode shared renders as release dedupe-proxy, and that release's Service
+// selects its pods.
+func TestInjectDefaultIsSharedRelease(t *testing.T) {
+	out, err := Template(chartDir, "dedupe-proxy", "", "--set", "mode=shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := sh.ConfigMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Name != defaultConfigMap {
+		t.Errorf("release dedupe-proxy in mode shared renders ConfigMap %q; inject's default is %q", cm.Name, defaultConfigMap)
+	}
+	svc := adminService(t, sh)
+	in := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app}
+spec:
+  selector: {matchLabels: {app: a}}
+  template:
+    metadata:
+      labels: {app: a}
+      annotations: {dedupe-proxy.io/inject: "true"}
+    spec:
+      containers: [{name: app, image: "app:1"}]
+`
+	injected, err := Decode(runInject(t, []byte(in)))
+	if err != nil {
+		t.Fatalf("strict decode: %v", err)
+	}
+	pts := injected.PodTemplates()
+	if len(pts) != 1 {
+		t.Fatalf("want one pod template, got %d", len(pts))
+	}
+	checkInjected(t, pts[0])
+	if v := pts[0].Spec.Volumes; len(v) != 1 || v[0].ConfigMap == nil || v[0].ConfigMap.Name != cm.Name {
+		t.Errorf("volumes %+v do not mount the shared ConfigMap %s", v, cm.Name)
+	}
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pts[0].Meta.Labels)) {
+		t.Errorf("the shared Service %s (selector %v) does not select the pod (labels %v)", svc.Name, svc.Spec.Selector, pts[0].Meta.Labels)
 	}
 }

@@ -366,8 +366,7 @@ func (d *Daemon) observeStore(op string, start time.Time, err error) {
 // listener. It returns nil after a clean shutdown.
 func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startAdmin(); err != nil {
-		d.closeStore()
-		return err
+		return errors.Join(err, d.closeStore())
 	}
 	d.log.Info("dedupe-proxy starting", "version", Version, "consumer", d.cfg.Consumer, "sources", len(d.sources),
 		"seenset", d.cfg.SeenSet.Backend, "app", redactURL(d.cfg.App.URL))

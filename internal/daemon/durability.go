@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 )
@@ -75,10 +76,8 @@ func (c *durabilityCheck) start() {
 				wait = c.retry
 			}
 			cancel()
-			select {
-			case <-c.ctx.Done():
+			if !backoff.Wait(c.ctx, nil, wait) {
 				return
-			case <-time.After(wait):
 			}
 		}
 	}()

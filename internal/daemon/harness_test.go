@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,13 +299,4 @@ func (h *harness) status(key string) seenset.Status {
 		h.t.Fatal(err)
 	}
 	return s
-}
-
-func containsAll(s string, subs ...string) bool {
-	for _, x := range subs {
-		if !strings.Contains(s, x) {
-			return false
-		}
-	}
-	return true
 }

@@ -182,7 +182,12 @@ func TestWebhookReadinessFollowsTarget(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	testutil.Eventually(t, 10*time.Second, "listener bound", func() bool { return d.WebhookAddr("hooks") != "" })
 	testutil.Eventually(t, 10*time.Second, "rabbitmq source ready", func() bool {
 		err := d.Ready(context.Background())

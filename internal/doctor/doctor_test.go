@@ -225,7 +225,7 @@ func TestRedisDeployment(t *testing.T) {
 		has(t, r, doctor.Warn, check, "redis "+m.Addr()+" has 1 connected replicas but seenset.redis.wait_replicas is 3")
 	}
 	c.SeenSet.Redis.WaitReplicas = 1
-	r, out := run(t, &c)
+	_, out := run(t, &c)
 	if strings.Contains(out, "wait_replicas") {
 		t.Errorf("a replica wait every master meets warned:\n%s", out)
 	}

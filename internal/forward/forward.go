@@ -506,7 +506,9 @@ func (c *Client) Probe(ctx context.Context, healthURL string) error {
 		return fmt.Errorf("forward: probe: %w", redact(err))
 	}
 	req.Header.Set("User-Agent", c.userAgent)
-	if c.basicAuth != "" && target.User == nil {
+	// app.url's credentials are for app.url's origin: a health_url
+	// elsewhere (a shared health service, a typo) must not receive them.
+	if c.basicAuth != "" && target.User == nil && c.sameOrigin(target) {
 		req.Header.Set("Authorization", c.basicAuth)
 	}
 	resp, err := c.client.Do(req)
@@ -537,6 +539,25 @@ func (c *Client) probeTarget(healthURL string) (*url.URL, error) {
 		return nil, errors.New("forward: probe: health URL must be a path or an http(s) URL with a host")
 	}
 	return u, nil
+}
+
+// sameOrigin reports whether u has the base URL's scheme, host and port
+// (RFC 6454), a missing port being the scheme's default.
+func (c *Client) sameOrigin(u *url.URL) bool {
+	base, err := url.Parse(c.base)
+	if err != nil {
+		return false
+	}
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	return strings.EqualFold(u.Scheme, base.Scheme) && strings.EqualFold(u.Hostname(), base.Hostname()) && port(u) == port(base)
 }
 
 // Close closes idle connections. In-flight requests are not interrupted;

@@ -3,6 +3,7 @@ package forward
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -1049,4 +1050,41 @@ func BenchmarkDo(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestProbeCredentialsStayWithTheirOrigin: app.url's basic-auth
+// credentials go to app.url's own origin only; a health_url on another
+// origin (another port is another origin) is probed without them.
+func TestProbeCredentialsStayWithTheirOrigin(t *testing.T) {
+	auth := func(got *atomic.Value) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got.Store(r.Header.Get("Authorization"))
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	var appAuth, otherAuth atomic.Value
+	app, other := auth(&appAuth), auth(&otherAuth)
+	c := newClient(t, Config{URL: strings.Replace(app.URL, "http://", "http://u:s3cret@", 1) + "/base"})
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:s3cret"))
+
+	for _, healthURL := range []string{"/healthz", app.URL + "/healthz", strings.Replace(app.URL, "http://", "HTTP://", 1) + "/healthz"} {
+		appAuth.Store("")
+		if err := c.Probe(context.Background(), healthURL); err != nil {
+			t.Fatalf("Probe(%s) = %v", healthURL, err)
+		}
+		if got := appAuth.Load(); got != want {
+			t.Errorf("Probe(%s) on app.url's origin sent Authorization %q, want %q", healthURL, got, want)
+		}
+	}
+	otherLocalhost := strings.Replace(other.URL, "127.0.0.1", "localhost", 1)
+	appLocalhost := strings.Replace(app.URL, "127.0.0.1", "localhost", 1)
+	for _, healthURL := range []string{other.URL + "/healthz", otherLocalhost + "/healthz", appLocalhost + "/healthz", strings.Replace(app.URL, "http://", "https://", 1) + "/healthz"} {
+		otherAuth.Store("")
+		appAuth.Store("")
+		_ = c.Probe(context.Background(), healthURL) // https to an http server fails; what was sent is the point
+		if got := otherAuth.Load().(string) + appAuth.Load().(string); got != "" {
+			t.Errorf("Probe(%s), another origin than app.url, sent Authorization %q", healthURL, got)
+		}
+	}
 }

@@ -30,7 +30,8 @@ const (
 	Prefix = "dedupe-proxy.io/"
 	// AnnotationInject: "true" injects, "false" or absent leaves it.
 	AnnotationInject = Prefix + "inject"
-	// AnnotationConfig names the ConfigMap holding the proxy's config file.
+	// AnnotationConfig names the ConfigMap holding the proxy's config
+	// file; absent: DefaultConfigMap.
 	AnnotationConfig = Prefix + "config"
 	// AnnotationConfigKey is the key of that file in the ConfigMap.
 	AnnotationConfigKey = Prefix + "config-key"
@@ -67,6 +68,12 @@ const (
 	DefaultAdminPort = 9090
 	// DefaultImage is the chart's proxy.image.repository:appVersion.
 	DefaultImage = "ghcr.io/dedupe-proxy/dedupe-proxy:0.1.0"
+	// DefaultConfigMap is the ConfigMap of a workload without a
+	// dedupe-proxy.io/config annotation: the one the chart renders in mode
+	// shared as release dedupe-proxy (its fullname). So the single
+	// annotation dedupe-proxy.io/inject: "true" opts in, as with linkerd
+	// or Dapr.
+	DefaultConfigMap = "dedupe-proxy"
 	// DefaultGracePeriod is set when a pod has no
 	// terminationGracePeriodSeconds: above the proxy's default
 	// shutdown_timeout (30s), so in-flight messages finish on SIGTERM.
@@ -334,8 +341,12 @@ func (s *stream) workload(obj *yaml.Node) (bool, error) {
 		}
 		return false, nil
 	}
-	if spec == nil || spec.Kind != yaml.MappingNode {
-		return false, fmt.Errorf("%s: no pod spec", name)
+	at := strings.Join(specPath(obj), ".")
+	if spec == nil {
+		return false, fmt.Errorf("%s: %s: no pod spec", name, at)
+	}
+	if spec.Kind != yaml.MappingNode {
+		return false, fmt.Errorf("%s: %s: want a mapping (the pod spec), got %s", name, at, shape(spec))
 	}
 	// A flow-style ancestor ({...}) would print the whole sidecar on one
 	// line; block style from the top down to the pod spec.
@@ -348,7 +359,7 @@ func (s *stream) workload(obj *yaml.Node) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", name, err)
 	}
-	if err := s.apply(obj, meta, spec, p); err != nil {
+	if err := s.apply(meta, spec, p, at, path); err != nil {
 		return false, fmt.Errorf("%s: %w", name, err)
 	}
 	return true, nil
@@ -395,8 +406,10 @@ func (s *stream) params(obj, ann, spec *yaml.Node) (params, error) {
 	}
 	p.configMap = str(ann, AnnotationConfig)
 	switch {
+	case get(ann, AnnotationConfig) == nil:
+		p.configMap = DefaultConfigMap
 	case p.configMap == "":
-		bad(AnnotationConfig, "required: the name of the ConfigMap holding the proxy's %s", ConfigFile)
+		bad(AnnotationConfig, "empty: name the ConfigMap holding the proxy's %s, or leave the annotation out for %s", ConfigFile, DefaultConfigMap)
 	case len(p.configMap) > 63 || !dns1123Subdomain.MatchString(p.configMap):
 		// 63, not 253: the name is also the value of the pods' label.
 		bad(AnnotationConfig, "%q is not a ConfigMap name of at most 63 characters", p.configMap)

@@ -133,7 +133,7 @@ func TestErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{withAnnotations(`dedupe-proxy.io/inject: "yes"`), `Deployment/orders: spec.template.metadata.annotations: annotation dedupe-proxy.io/inject: must be "true" or "false", got "yes"`},
 		{withAnnotations(`dedupe-proxy.io/inject: true`, config), `annotation dedupe-proxy.io/inject: must be the string "true" or "false" (quoted`},
-		{withAnnotations(inject), `Deployment/orders: annotation dedupe-proxy.io/config: required`},
+		{withAnnotations(inject, `dedupe-proxy.io/config: ""`), `Deployment/orders: annotation dedupe-proxy.io/config: empty`},
 		{withAnnotations(inject, `dedupe-proxy.io/config: Orders_Proxy`), `"Orders_Proxy" is not a ConfigMap name`},
 		{withAnnotations(inject, config, `dedupe-proxy.io/secret: creds`), `annotation dedupe-proxy.io/secret: unknown; known: dedupe-proxy.io/admin-port,`},
 		{withAnnotations(inject, config, `dedupe-proxy.io/secrets: "a,,b"`), `annotation dedupe-proxy.io/secrets: "" is not a Secret name`},
@@ -174,8 +174,8 @@ func TestErrors(t *testing.T) {
 // TestReportsEveryProblem: all the bad annotations of a workload in one
 // run, as `validate` does for a config.
 func TestReportsEveryProblem(t *testing.T) {
-	_, _, err := Stream([]byte(withAnnotations(`dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/admin-port: x`, `dedupe-proxy.io/cpu-request: lots`)), Options{})
-	for _, want := range []string{"dedupe-proxy.io/config: required", "dedupe-proxy.io/admin-port", "dedupe-proxy.io/cpu-request"} {
+	_, _, err := Stream([]byte(withAnnotations(`dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/config: Bad_Name`, `dedupe-proxy.io/admin-port: x`, `dedupe-proxy.io/cpu-request: lots`)), Options{})
+	for _, want := range []string{`dedupe-proxy.io/config: "Bad_Name" is not a ConfigMap name`, "dedupe-proxy.io/admin-port", "dedupe-proxy.io/cpu-request"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
@@ -229,5 +229,59 @@ func TestInjectedDocumentKeepsItsText(t *testing.T) {
 		if !strings.Contains(string(got), k) {
 			t.Errorf("output lost %q:\n%s", k, got)
 		}
+	}
+}
+
+// TestShapesItCannotEdit: each testdata/invalid/*.yaml opts a workload in
+// but has a field inject would have to replace to add the sidecar
+// (containers: "oops" once came out as a pod with the sidecar alone, the
+// app gone). Each is refused with the exact error of its first line,
+// naming the document, the workload and the field, and nothing is written.
+func TestShapesItCannotEdit(t *testing.T) {
+	files, _ := filepath.Glob("testdata/invalid/*.yaml")
+	if len(files) < 8 {
+		t.Fatalf("want the invalid inputs, found %d", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(string(src), "\n")
+			want, ok := strings.CutPrefix(first, "# error: ")
+			if !ok {
+				t.Fatalf("first line %q is not '# error: <the exact error>'", first)
+			}
+			out, res, err := Stream(src, Options{})
+			if err == nil || err.Error() != want {
+				t.Errorf("error:\n  got  %v\n  want %s", err, want)
+			}
+			if out != nil || len(res.Injected) > 0 && err == nil {
+				t.Errorf("wrote output on error:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestDefaultConfigMap: with dedupe-proxy.io/inject: "true" alone the
+// ConfigMap is DefaultConfigMap, in the volume, the pods' label and the
+// lookup of a ConfigMap in the same input; a named one still wins.
+func TestDefaultConfigMap(t *testing.T) {
+	got, res, err := Stream([]byte(withAnnotations(`dedupe-proxy.io/inject: "true"`)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(got)
+	if len(res.Injected) != 1 || !strings.Contains(s, "dedupe-proxy.io/config: "+DefaultConfigMap+"}") ||
+		!strings.Contains(s, "configMap:\n            name: "+DefaultConfigMap+"\n") {
+		t.Errorf("want ConfigMap %s in the label and the volume:\n%s", DefaultConfigMap, s)
+	}
+	named, _, err := Stream([]byte(withAnnotations(`dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/config: orders-proxy`)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(named), "configMap:\n            name: orders-proxy\n") {
+		t.Errorf("the annotation's ConfigMap lost to the default:\n%s", named)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -131,18 +132,41 @@ func sidecar(p params, env *yaml.Node) container {
 // apply puts the sidecar, its volume, the label and the annotations into
 // the pod. An existing dedupe-proxy container is replaced where it is
 // (its env, which annotations cannot express, is kept), so a second run
-// changes nothing.
-func (s *stream) apply(obj, meta, spec *yaml.Node, p params) error {
-	containers := seq(spec, "containers")
-	inits := get(spec, "initContainers")
+// changes nothing. at and metaAt are the paths of spec and meta in the
+// workload, for errors: a field of a shape inject cannot edit (containers:
+// "oops", an alias) is refused rather than replaced, which would drop the
+// app's containers from the pod without a word.
+func (s *stream) apply(meta, spec *yaml.Node, p params, at, metaAt string) error {
+	containers, err := seqField(spec, "containers", at)
+	if err != nil {
+		return err
+	}
+	inits, err := seqField(spec, "initContainers", at)
+	if err != nil {
+		return err
+	}
+	volumes, err := seqField(spec, "volumes", at)
+	if err != nil {
+		return err
+	}
+	labels, err := mappingField(meta, "labels", metaAt)
+	if err != nil {
+		return err
+	}
+	annotations, err := mappingField(meta, "annotations", metaAt)
+	if err != nil {
+		return err
+	}
 	var oldEnv *yaml.Node
 	oldAt, oldIn := -1, ""
 	for _, list := range []struct {
 		name string
 		n    *yaml.Node
 	}{{"containers", containers}, {"initContainers", inits}} {
-		if list.n == nil {
-			continue
+		for i, c := range list.n.Content {
+			if c.Kind != yaml.MappingNode {
+				return fmt.Errorf("%s.%s[%d]: want a container (a mapping), got %s", at, list.name, i, shape(c))
+			}
 		}
 		for i := 0; i < len(list.n.Content); i++ {
 			c := list.n.Content[i]
@@ -166,22 +190,30 @@ func (s *stream) apply(obj, meta, spec *yaml.Node, p params) error {
 	}
 	target, into := containers, "containers"
 	if p.native {
-		inits = seq(spec, "initContainers")
 		target, into = inits, "initContainers"
 	}
 	// A new native sidecar goes last among the init containers: it starts
 	// after them (migrations need no proxy) and before the app.
-	at := len(target.Content)
-	if oldIn == into && oldAt <= at {
-		at = oldAt
+	at0 := len(target.Content)
+	if oldIn == into && oldAt <= at0 {
+		at0 = oldAt
 	}
 	target.Style &^= yaml.FlowStyle
-	target.Content = append(target.Content[:at], append([]*yaml.Node{&node}, target.Content[at:]...)...)
-	if inits != nil && len(inits.Content) == 0 {
-		del(spec, "initContainers")
-	}
+	target.Content = append(target.Content[:at0], append([]*yaml.Node{&node}, target.Content[at0:]...)...)
 	if len(containers.Content) == 0 {
 		return fmt.Errorf("pod spec has no containers besides %s", ContainerName)
+	}
+	for _, l := range []struct {
+		key string
+		n   *yaml.Node
+	}{{"containers", containers}, {"initContainers", inits}, {"volumes", volumes}} {
+		if len(l.n.Content) > 0 {
+			set(spec, l.key, l.n)
+		} else if get(spec, l.key) != nil && l.key != "containers" {
+			// An empty list inject emptied (a native sidecar moved back),
+			// or a null one: leave the field out, as before.
+			del(spec, l.key)
+		}
 	}
 
 	var vol volume
@@ -194,7 +226,6 @@ func (s *stream) apply(obj, meta, spec *yaml.Node, p params) error {
 	if err := vnode.Encode(vol); err != nil {
 		return err
 	}
-	volumes := seq(spec, "volumes")
 	volumes.Style &^= yaml.FlowStyle
 	replaced := false
 	for i, v := range volumes.Content {
@@ -205,6 +236,7 @@ func (s *stream) apply(obj, meta, spec *yaml.Node, p params) error {
 	if !replaced {
 		volumes.Content = append(volumes.Content, &vnode)
 	}
+	set(spec, "volumes", volumes)
 	if get(spec, "terminationGracePeriodSeconds") == nil {
 		set(spec, "terminationGracePeriodSeconds", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(DefaultGracePeriod)})
 	}
@@ -212,9 +244,11 @@ func (s *stream) apply(obj, meta, spec *yaml.Node, p params) error {
 	if !labelValueRE.MatchString(p.configMap) {
 		return fmt.Errorf("annotation %s: %q cannot be a label value", AnnotationConfig, p.configMap)
 	}
-	set(mapping(meta, "labels"), LabelConfig, strNode(p.configMap))
+	set(labels, LabelConfig, strNode(p.configMap))
+	set(meta, "labels", labels)
 	if p.checksum != "" {
-		set(mapping(meta, "annotations"), AnnotationConfigChecksum, strNode(p.checksum))
+		set(annotations, AnnotationConfigChecksum, strNode(p.checksum))
+		set(meta, "annotations", annotations)
 	}
 	return nil
 }
@@ -288,24 +322,47 @@ func del(m *yaml.Node, key string) {
 	}
 }
 
-// mapping returns m[key], made an empty mapping when absent or null.
-func mapping(m *yaml.Node, key string) *yaml.Node {
+// seqField returns m[key] when it is a list, a new empty list when it is
+// absent or null (not yet in m: the caller sets it), and an error naming
+// at.key for any other shape, which inject cannot edit without losing it.
+func seqField(m *yaml.Node, key, at string) (*yaml.Node, error) {
 	v := get(m, key)
-	if v == nil || v.Kind != yaml.MappingNode {
-		v = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		set(m, key, v)
+	switch {
+	case v == nil || isNull(v):
+		return &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}, nil
+	case v.Kind == yaml.SequenceNode:
+		return v, nil
 	}
-	return v
+	return nil, fmt.Errorf("%s.%s: want a list, got %s", at, key, shape(v))
 }
 
-// seq returns m[key], made an empty sequence when absent or null.
-func seq(m *yaml.Node, key string) *yaml.Node {
+// mappingField is seqField for a mapping.
+func mappingField(m *yaml.Node, key, at string) (*yaml.Node, error) {
 	v := get(m, key)
-	if v == nil || v.Kind != yaml.SequenceNode {
-		v = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		set(m, key, v)
+	switch {
+	case v == nil || isNull(v):
+		return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, nil
+	case v.Kind == yaml.MappingNode:
+		return v, nil
 	}
-	return v
+	return nil, fmt.Errorf("%s.%s: want a mapping, got %s", at, key, shape(v))
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+// shape says what a node is, for errors.
+func shape(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%s %q", strings.TrimPrefix(n.Tag, "!!"), n.Value)
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.AliasNode:
+		return fmt.Sprintf("an alias (*%s), which inject does not edit: write the value out", n.Value)
+	}
+	return "an empty document"
 }
 
 func seqItems(n *yaml.Node) []*yaml.Node {

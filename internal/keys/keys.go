@@ -45,6 +45,7 @@ type rule struct {
 	path   []string // ruleJSON
 	header string   // ruleHeader, lower-cased
 	parts  []part   // ruleTemplate
+	escape string   // ruleTemplate: the characters escaped in field values
 }
 
 // part of a template: literal text, or a JSON path when path != nil.
@@ -98,8 +99,8 @@ func parseRule(s string) (rule, error) {
 		}
 		return rule{kind: ruleRecordKey}, nil
 	case "template":
-		parts, err := parseTemplate(arg)
-		return rule{kind: ruleTemplate, parts: parts}, err
+		parts, escape, err := parseTemplate(arg)
+		return rule{kind: ruleTemplate, parts: parts, escape: escape}, err
 	}
 	return rule{}, errors.New("unknown rule; use json:<path>, header:<name>, property:message_id, record_key or template:<text>")
 }
@@ -121,38 +122,72 @@ func parsePath(p string) ([]string, error) {
 // references ({{.a.b}}): a key must be a pure function of the message, and
 // restricting the language lets every referenced value be checked as a
 // scalar instead of printing "map[...]" or "<no value>" into a key.
-func parseTemplate(s string) ([]part, error) {
+//
+// Joining values with text must not let two messages share a key:
+// {{.a}}:{{.b}} gives "x:y:z" for a="x:y", b="z" and for a="x", b="y:z".
+// So render puts a backslash before every backslash in a value and before
+// every character that starts the text after a field (escape lists them).
+// Read left to right, a key then splits at the first unescaped such
+// character after each value, which gives back the values: the mapping
+// from values to keys is injective. That needs text between two fields
+// (nothing marks where {{.a}}{{.b}} splits), and that text must not start
+// with a backslash, which would read as an escape. A value holding none
+// of those characters is written as it is, so most keys keep the shape
+// they had before values were escaped.
+func parseTemplate(s string) (parts []part, escape string, err error) {
 	if s == "" {
-		return nil, errors.New("empty template")
+		return nil, "", errors.New("empty template")
 	}
 	trees, err := parse.Parse("key", s, "{{", "}}")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	var parts []part
 	fields := 0
 	for _, n := range trees["key"].Root.Nodes {
 		switch n := n.(type) {
 		case *parse.TextNode:
+			if len(n.Text) == 0 {
+				continue
+			}
+			if k := len(parts) - 1; k >= 0 && parts[k].path == nil {
+				parts[k].text += string(n.Text)
+				continue
+			}
 			parts = append(parts, part{text: string(n.Text)})
 		case *parse.ActionNode:
 			if len(n.Pipe.Decl) > 0 || len(n.Pipe.Cmds) != 1 || len(n.Pipe.Cmds[0].Args) != 1 {
-				return nil, fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
+				return nil, "", fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
 			}
 			f, ok := n.Pipe.Cmds[0].Args[0].(*parse.FieldNode)
 			if !ok {
-				return nil, fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
+				return nil, "", fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
+			}
+			if k := len(parts) - 1; k >= 0 && parts[k].path != nil {
+				return nil, "", fmt.Errorf("%s follows {{.%s}} with no text between them: a key could not tell where one value ends, so two messages could share it; put a separator between them", n, strings.Join(parts[k].path, "."))
 			}
 			parts = append(parts, part{path: f.Ident})
 			fields++
 		default:
-			return nil, fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
+			return nil, "", fmt.Errorf("only field references like {{.customer}} are allowed, got %s", n)
 		}
 	}
 	if fields == 0 {
-		return nil, errors.New("template references no field, so every message would share one key")
+		return nil, "", errors.New("template references no field, so every message would share one key")
 	}
-	return parts, nil
+	escape = `\`
+	for i := 1; i < len(parts); i++ {
+		if parts[i].path != nil || parts[i-1].path == nil {
+			continue
+		}
+		r, _ := utf8.DecodeRuneInString(parts[i].text)
+		if r == '\\' {
+			return nil, "", fmt.Errorf("the text after {{.%s}} starts with a backslash, which escapes characters in keys; start it with another character", strings.Join(parts[i-1].path, "."))
+		}
+		if !strings.ContainsRune(escape, r) {
+			escape += string(r)
+		}
+	}
+	return parts, escape, nil
 }
 
 // Specs returns the rules as configured.
@@ -176,7 +211,7 @@ func (e *Extractor) Key(m *broker.Message) (key, why string) {
 			if r.kind == ruleJSON {
 				v, miss = doc.scalar(r.path)
 			} else {
-				v, miss = doc.render(r.parts)
+				v, miss = doc.render(r.parts, r.escape)
 			}
 		case ruleHeader:
 			v, miss = header(m.Headers, r.header)
@@ -467,7 +502,9 @@ func hex4(s []byte, i int) rune {
 	return r
 }
 
-func (d *jsonDoc) render(parts []part) (string, string) {
+// render joins the template's text and its escaped field values; see
+// parseTemplate for why and how values are escaped.
+func (d *jsonDoc) render(parts []part, escape string) (string, string) {
 	var b strings.Builder
 	for _, p := range parts {
 		if p.path == nil {
@@ -481,7 +518,16 @@ func (d *jsonDoc) render(parts []part) (string, string) {
 		if miss != "" {
 			return "", miss
 		}
-		b.WriteString(v)
+		if !strings.ContainsAny(v, escape) {
+			b.WriteString(v)
+			continue
+		}
+		for _, r := range v {
+			if strings.ContainsRune(escape, r) {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
 	}
 	return b.String(), ""
 }

@@ -34,7 +34,7 @@ type App struct {
 func NewApp(t testing.TB) *App {
 	a := &App{}
 	a.Server = httptest.NewServer(http.HandlerFunc(a.serve))
-	t.Cleanup(a.Server.Close)
+	t.Cleanup(a.Close)
 	return a
 }
 

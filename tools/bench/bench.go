@@ -330,7 +330,9 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 		r.err = err
 		return r
 	}
-	defer c.stop()
+	// The stop below reports the child's exit; this one covers the
+	// early returns.
+	defer func() { _ = c.stop() }()
 
 	// t0: the first settled message; the window excludes start-up and,
 	// for Kafka, the group join.

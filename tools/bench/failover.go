@@ -195,12 +195,6 @@ func (a *arrivalApp) since(i int) (at []time.Time, par []int, key []string) {
 	return slices.Clone(a.at[i:]), slices.Clone(a.par[i:]), slices.Clone(a.key[i:])
 }
 
-func (a *arrivalApp) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.at)
-}
-
 func (a *arrivalApp) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

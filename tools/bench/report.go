@@ -38,8 +38,9 @@ func (b *bench) machine(ctx context.Context) []string {
 		for l := range strings.SplitSeq(string(info), "\n") {
 			if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
 				var kb float64
-				fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
-				mem = fmt.Sprintf(", %.1f GiB RAM", kb/(1<<20))
+				if _, err := fmt.Sscanf(strings.TrimSpace(v), "%f", &kb); err == nil {
+					mem = fmt.Sprintf(", %.1f GiB RAM", kb/(1<<20))
+				}
 			}
 		}
 	}

@@ -127,7 +127,10 @@ func (b *bench) webhookRow(ctx context.Context, proxy bool, secret string, halfR
 	logPath := filepath.Join(b.dir, id+".log")
 	var c *child
 	if proxy {
-		admin, err := freeAddr()
+		// Not :=, which would declare an err of this block and leave a
+		// failed startChild below unseen (and c nil).
+		var admin string
+		admin, err = freeAddr()
 		if err != nil {
 			r.err = err
 			return r
@@ -175,7 +178,9 @@ sources:
 		r.err = err
 		return r
 	}
-	defer c.stop()
+	// The stop below reports the child's exit; this one covers the
+	// early returns.
+	defer func() { _ = c.stop() }()
 
 	senders := b.o.whSenders
 	// An idle pool as large as the handler's concurrency: at a fixed

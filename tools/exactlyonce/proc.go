@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -117,27 +115,6 @@ func (r *replica) waitReady(timeout time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("proxy %d not ready after %s (logs in %s)", r.n, timeout, r.dir)
-}
-
-// logLines counts lines containing s across the run's proxy logs.
-func logLines(dir, s string) int {
-	files, _ := filepath.Glob(filepath.Join(dir, "proxy-*.log"))
-	n := 0
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(fh)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), s) {
-				n++
-			}
-		}
-		fh.Close()
-	}
-	return n
 }
 
 func freeAddr() (string, error) {

@@ -272,10 +272,10 @@ sources:
 		return res, err
 	}
 	for _, k := range pl.keys {
-		switch n := c[k]; {
-		case n == 0:
+		switch c[k] {
+		case 0:
 			res.lost++
-		case n == 1:
+		case 1:
 			res.once++
 		default:
 			res.more++

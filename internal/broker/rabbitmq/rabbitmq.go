@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 )
@@ -57,7 +57,7 @@ type Source struct {
 	log       *slog.Logger
 	connected atomic.Bool
 	// pub is the session's dead-letter publisher (publish mode), for Ready.
-	pub  atomic.Pointer[publisher]
+	pub  atomic.Pointer[Publisher]
 	mu   sync.Mutex
 	conn *amqp.Connection
 	// down is when consuming stopped, zero while it runs; Run's own.
@@ -105,7 +105,7 @@ func (s *Source) Ready() error {
 		return broker.ErrNotConnected
 	}
 	if pub := s.pub.Load(); pub != nil {
-		if err := pub.failure(); err != nil {
+		if err := pub.Failure(); err != nil {
 			return fmt.Errorf("dead letters cannot be published: %w", err)
 		}
 	}
@@ -129,7 +129,7 @@ func (s *Source) Close() error {
 
 // Run implements broker.Source.
 func (s *Source) Run(ctx context.Context, h broker.Handler) error {
-	delay := s.o.ReconnectInitial
+	retry := backoff.New(s.reconnect())
 	first := true
 	// One warning when consuming stops (or cannot start), debug lines for
 	// the retries after it; "rabbitmq consuming" says it is back.
@@ -140,8 +140,9 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 		}
 		if connected {
 			first = false
-			delay = s.o.ReconnectInitial
+			retry.Reset()
 		}
+		delay := retry.Next()
 		msg := "rabbitmq connection lost, reconnecting"
 		if !connected {
 			// Never got to consuming: a wrong URL, credentials or queue
@@ -154,13 +155,16 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 			s.down = time.Now()
 		}
 		s.log.Log(ctx, level, msg, "err", errText(err), "retry_in", delay.String())
-		select {
-		case <-ctx.Done():
+		if !backoff.Wait(ctx, nil, delay) {
 			return nil
-		case <-time.After(delay):
 		}
-		delay = time.Duration(math.Min(float64(delay*2), float64(s.o.ReconnectMax)))
 	}
+}
+
+// reconnect is the backoff between sessions, and between attempts to
+// reopen the dead-letter channel.
+func (s *Source) reconnect() backoff.Policy {
+	return backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax}
 }
 
 // session is one connection's lifetime: it returns when the connection or
@@ -198,18 +202,18 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	if err := ch.Qos(s.o.Prefetch, 0, false); err != nil {
 		return false, fmt.Errorf("set prefetch: %w", err)
 	}
-	var pub *publisher
+	var pub *Publisher
 	if s.o.DeadLetterMode == DeadLetterPublish {
-		if pub, err = newPublisher(conn, s.log, s.o.ReconnectInitial, s.o.ReconnectMax); err != nil {
+		// Dead letters are requeued while the channel is closed, so the
+		// reopen waits no longer than a reconnect would.
+		pub, err = NewPublisher(conn, PublisherOptions{Name: "dead-letter", Logger: s.log, Reopen: s.reconnect()})
+		if err != nil {
 			return false, fmt.Errorf("open dead-letter channel: %w", err)
 		}
-		stop, watched := make(chan struct{}), make(chan struct{})
-		go func() { defer close(watched); pub.watch(stop) }()
 		s.pub.Store(pub)
 		defer func() {
 			s.pub.Store(nil)
-			close(stop)
-			<-watched
+			pub.Close()
 		}()
 	}
 	deliveries, err := ch.Consume(s.o.Queue, s.o.ConsumerTag, false, false, false, false, nil)
@@ -275,7 +279,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	return true, cause
 }
 
-func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *publisher, acks *acker) *delivery {
+func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *Publisher, acks *acker) *delivery {
 	ct := d.ContentType
 	return &delivery{
 		d:    d,
@@ -302,7 +306,7 @@ type delivery struct {
 	acks *acker
 	msg  broker.Message
 	src  *Source
-	pub  *publisher
+	pub  *Publisher
 	lost chan struct{}
 	// settled is claimed by the first settle, before anything reaches the
 	// channel: a tag acked or nacked twice is unknown to RabbitMQ, which
@@ -337,7 +341,7 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 	case DeadLetterDLX:
 		return d.acks.nack(d.d.DeliveryTag, false)
 	case DeadLetterPublish:
-		if err := d.pub.publish(ctx, d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, d.deadLetterMessage(info)); err != nil {
+		if err := d.pub.Publish(ctx, d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, d.deadLetterMessage(info)); err != nil {
 			// Nothing reached the consumer channel: the caller requeues.
 			d.settled.Store(false)
 			return fmt.Errorf("publish dead letter to exchange %q routing key %q: %w", d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, err)
@@ -373,225 +377,6 @@ func (d *delivery) deadLetterMessage(info broker.DeadLetterInfo) amqp.Publishing
 		AppId:           d.d.AppId,
 		Body:            d.d.Body,
 	}
-}
-
-// publisher publishes dead letters with confirms and mandatory routing: a
-// dead letter the broker confirms but could not route would be a silent
-// loss, so a basic.return turns into an error and the message is requeued.
-//
-// A channel error (a missing exchange: 404 NOT_FOUND) closes only the
-// publishing channel; the connection and the consumer live on, so nothing
-// else would notice and every later dead letter would fail until the
-// connection dropped. watch reopens the channel with backoff; a dead
-// letter in the gap fails at once and is requeued by the caller. failure
-// says why dead letters cannot go out, for Ready.
-type publisher struct {
-	conn     *amqp.Connection
-	log      *slog.Logger
-	initial  time.Duration
-	maxDelay time.Duration
-
-	mu sync.Mutex
-	// cur is the open channel; nil while it is being reopened, and then
-	// down says why.
-	cur  *pubChannel
-	down error
-	// lastErr is the channel error the last dead letter failed with; it
-	// stays until one goes through, since reopening does not prove the
-	// cause (the exchange) was fixed.
-	lastErr error
-
-	bouncedMu sync.Mutex
-	bounced   map[string]bool
-}
-
-// pubChannel is one incarnation of the publishing channel.
-type pubChannel struct {
-	ch      *amqp.Channel
-	returns chan amqp.Return
-	closes  chan *amqp.Error
-	// done is closed once the channel has closed and why is set: amqp091
-	// fails the pending confirms of a closed channel as plain nacks, and
-	// why is the broker's reason.
-	done chan struct{}
-	why  error
-}
-
-func newPublisher(conn *amqp.Connection, log *slog.Logger, initial, maxDelay time.Duration) (*publisher, error) {
-	p := &publisher{conn: conn, log: log, initial: initial, maxDelay: maxDelay, bounced: map[string]bool{}}
-	pc, err := p.open()
-	if err != nil {
-		return nil, err
-	}
-	p.cur = pc
-	return p, nil
-}
-
-func (p *publisher) open() (*pubChannel, error) {
-	ch, err := p.conn.Channel()
-	if err != nil {
-		return nil, err
-	}
-	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
-		return nil, err
-	}
-	return &pubChannel{
-		ch:      ch,
-		returns: ch.NotifyReturn(make(chan amqp.Return, 64)),
-		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
-		done:    make(chan struct{}),
-	}, nil
-}
-
-// watch reopens the channel whenever the broker closes it while the
-// connection lives, until stop is closed or the connection goes (the
-// session reconnects then, with a new publisher).
-func (p *publisher) watch(stop <-chan struct{}) {
-	for {
-		p.mu.Lock()
-		pc := p.cur
-		p.mu.Unlock()
-		var e *amqp.Error
-		select {
-		case e = <-pc.closes:
-		case <-stop:
-		}
-		if e == nil {
-			pc.why = amqp.ErrClosed
-		} else {
-			pc.why = fmt.Errorf("dead-letter channel closed by the broker: %w", e)
-		}
-		// Log and record the cause before waking waiters, so whoever sees
-		// the failed dead letter also finds the reason in the log and in
-		// Ready.
-		if e == nil || p.conn.IsClosed() {
-			close(pc.done)
-			return
-		}
-		p.log.Error("rabbitmq dead-letter channel closed by the broker; dead letters are requeued until it reopens",
-			"code", e.Code, "reason", e.Reason)
-		p.mu.Lock()
-		p.cur, p.down = nil, pc.why
-		p.mu.Unlock()
-		close(pc.done)
-		if !p.reopen(stop) {
-			return
-		}
-	}
-}
-
-// reopen retries with backoff until a channel is open (true) or stop is
-// closed or the connection is gone (false).
-func (p *publisher) reopen(stop <-chan struct{}) bool {
-	delay := p.initial
-	for {
-		select {
-		case <-stop:
-			return false
-		case <-time.After(delay):
-		}
-		if p.conn.IsClosed() {
-			return false
-		}
-		pc, err := p.open()
-		if err == nil {
-			p.mu.Lock()
-			p.cur, p.down = pc, nil
-			p.mu.Unlock()
-			p.log.Info("rabbitmq dead-letter channel reopened")
-			return true
-		}
-		p.log.Error("rabbitmq cannot reopen the dead-letter channel, retrying", "err", err, "retry_in", delay.String())
-		p.mu.Lock()
-		p.down = fmt.Errorf("cannot reopen the dead-letter channel: %w", err)
-		p.mu.Unlock()
-		delay = min(delay*2, p.maxDelay)
-	}
-}
-
-// failure is why dead letters cannot go out now, or nil.
-func (p *publisher) failure() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.down != nil {
-		return p.down
-	}
-	return p.lastErr
-}
-
-const publishIDHeader = "x-dedupe-publish-id"
-
-func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
-	p.mu.Lock()
-	pc, down := p.cur, p.down
-	p.mu.Unlock()
-	if pc == nil {
-		return down
-	}
-	id := randHex(8)
-	msg.Headers[publishIDHeader] = id
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
-	if err != nil {
-		if pc.ch.IsClosed() {
-			return p.closedUnder(ctx, pc)
-		}
-		return err
-	}
-	ok, err := dc.WaitContext(ctx)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		if pc.ch.IsClosed() {
-			return p.closedUnder(ctx, pc)
-		}
-		return errors.New("broker nacked the publish")
-	}
-	p.mu.Lock()
-	p.lastErr = nil
-	p.mu.Unlock()
-	// The server sends basic.return before the ack of a mandatory message,
-	// and amqp091-go queues it on returns before it processes the ack, so
-	// draining now sees any return for id.
-	p.bouncedMu.Lock()
-	defer p.bouncedMu.Unlock()
-drain:
-	for {
-		select {
-		case r, open := <-pc.returns:
-			if !open {
-				break drain
-			}
-			if rid, _ := r.Headers[publishIDHeader].(string); rid != "" {
-				p.bounced[rid] = true
-			}
-		default:
-			break drain
-		}
-	}
-	if p.bounced[id] {
-		delete(p.bounced, id)
-		return errors.New("unroutable: no queue is bound for it")
-	}
-	return nil
-}
-
-// closedUnder waits for watch to learn why pc closed under a publish and
-// returns that reason, remembered for Ready until a dead letter goes
-// through.
-func (p *publisher) closedUnder(ctx context.Context, pc *pubChannel) error {
-	select {
-	case <-pc.done:
-	case <-ctx.Done():
-		return fmt.Errorf("dead-letter channel closed: %w", ctx.Err())
-	}
-	p.mu.Lock()
-	p.lastErr = pc.why
-	p.mu.Unlock()
-	return pc.why
 }
 
 func stringHeaders(t amqp.Table) map[string]string {
