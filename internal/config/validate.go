@@ -291,6 +291,15 @@ func (c *Config) Warnings() []Warning {
 				c.ShutdownTimeout, c.App.Timeout, c.SeenSet.Lease),
 		})
 	}
+	if c.SeenSet.TTL > 0 && c.SeenSet.TTL < c.SeenSet.Lease {
+		ws = append(ws, Warning{
+			Path: "seenset.ttl",
+			Msg: fmt.Sprintf("is %s, below seenset.lease (%s): a finished message is remembered for less time than an unfinished one is held, "+
+				"so a duplicate that waited out the claim (answered busy, or redelivered after a crash) can arrive after the done mark expired "+
+				"and be forwarded again; ttl is the dedupe window and belongs well above the lease",
+				c.SeenSet.TTL, c.SeenSet.Lease),
+		})
+	}
 	for i, s := range c.Sources {
 		for j, rule := range s.Key {
 			if strings.TrimSpace(rule) == "record_key" {
