@@ -21,6 +21,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 )
 
 // Profiles are the senders whose signature scheme and event id the
@@ -359,7 +362,7 @@ func ProfileKey(profile string, h http.Header, body []byte) (key, why string, ok
 	case ProfileStandard:
 		return nonEmpty(h.Get("Webhook-Id"), "webhook-id header absent")
 	case ProfileStripe:
-		return jsonString(body, "id")
+		return bodyKey(stripeID, "id", body)
 	case ProfileGitHub:
 		hook, del := h.Get("X-GitHub-Hook-ID"), h.Get("X-GitHub-Delivery")
 		if hook == "" || del == "" {
@@ -369,7 +372,7 @@ func ProfileKey(profile string, h http.Header, body []byte) (key, why string, ok
 	case ProfileShopify:
 		return nonEmpty(h.Get("X-Shopify-Event-Id"), "X-Shopify-Event-Id header absent")
 	case ProfileSlack:
-		return jsonString(body, "event_id")
+		return bodyKey(slackID, "event_id", body)
 	}
 	return "", "", false
 }
@@ -381,16 +384,30 @@ func nonEmpty(v, why string) (string, string, bool) {
 	return v, "", true
 }
 
-func jsonString(body []byte, field string) (string, string, bool) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return "", "body is not a JSON object", true
+// Body ids are read by the broker sources' key rules, so a webhook's key
+// obeys the same rules as a message's: the raw JSON literal, a lone
+// surrogate escape refused rather than decoded to U+FFFD (which would fold
+// different ids into one key), control characters refused (the key
+// travels as the Idempotency-Key header).
+var (
+	stripeID = mustRules("json:id")
+	slackID  = mustRules("json:event_id")
+)
+
+func mustRules(specs ...string) *keys.Extractor {
+	ex, err := keys.Parse(specs)
+	if err != nil {
+		panic(err)
 	}
-	var s string
-	if err := json.Unmarshal(m[field], &s); err != nil || s == "" {
-		return "", "body field " + field + " absent or not a string", true
+	return ex
+}
+
+func bodyKey(ex *keys.Extractor, field string, body []byte) (string, string, bool) {
+	k, why := ex.Key(&broker.Message{Body: body})
+	if k == "" {
+		return "", "body field " + field + ": " + why, true
 	}
-	return s, "", true
+	return k, "", true
 }
 
 // SlackChallenge returns the challenge of a Slack url_verification

@@ -241,3 +241,31 @@ func TestSlackChallenge(t *testing.T) {
 		t.Error("an event taken for a challenge")
 	}
 }
+
+// Stripe's and Slack's body ids follow the broker sources' key rules: a
+// lone surrogate escape is no key (encoding/json would turn "\ud800" and
+// "\udbff" into one U+FFFD key), a control character is no key (it cannot
+// travel as Idempotency-Key), and a valid escaped id is decoded.
+func TestBodyIDsFollowTheKeyRules(t *testing.T) {
+	for profile, field := range map[string]string{ProfileStripe: "id", ProfileSlack: "event_id"} {
+		for _, tc := range []struct {
+			raw, key, why string
+		}{
+			{`"evt_\ud800"`, "", "unpaired surrogate escape"},
+			{`"evt_\udbff"`, "", "unpaired surrogate escape"},
+			{`"evt_\u0007"`, "", "control characters"},
+			{`"evt_\n"`, "", "control characters"},
+			{`"evt_\ud83d\ude00"`, "evt_😀", ""},
+			{`"evt_1"`, "evt_1", ""},
+		} {
+			body := []byte(`{"` + field + `":` + tc.raw + `,"type":"x"}`)
+			key, why, ok := ProfileKey(profile, nil, body)
+			if tc.why != "" {
+				tc.why = "body field " + field + ": " + tc.why
+			}
+			if !ok || key != tc.key || why != tc.why {
+				t.Errorf("%s %s: key %q why %q (ok %v), want %q %q", profile, tc.raw, key, why, ok, tc.key, tc.why)
+			}
+		}
+	}
+}
