@@ -68,7 +68,7 @@ func RetryHorizon(profile string) time.Duration {
 func SignatureHeaders(profile string, g Generic) []string {
 	switch profile {
 	case ProfileStandard:
-		return []string{"Webhook-Signature"}
+		return []string{"Webhook-Signature", "Svix-Signature"}
 	case ProfileStripe:
 		return []string{"Stripe-Signature"}
 	case ProfileGitHub:
@@ -225,14 +225,30 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	return fmt.Errorf("unknown profile %q", v.profile)
 }
 
-// standard: webhook-signature is a space-separated list of
+// standardHeaders are a Standard Webhooks request's id, timestamp and
+// signature list. Svix sends them as svix-id, svix-timestamp and
+// svix-signature unless an account switches to the webhook-* names; like
+// Svix's own verifier, each svix-* header is taken first and its webhook-*
+// name otherwise. Verify and the event key read the id through this one
+// function, so the key is always the id that was signed.
+func standardHeaders(h http.Header) (id, ts, sigs string) {
+	get := func(name string) string {
+		if v := h.Get("Svix-" + name); v != "" {
+			return v
+		}
+		return h.Get("Webhook-" + name)
+	}
+	return get("Id"), get("Timestamp"), get("Signature")
+}
+
+// standard: the signature header is a space-separated list of
 // "<version>,<base64>"; v1 is HMAC-SHA256 over "<id>.<timestamp>.<body>".
 // Other versions (v1a, ed25519) are skipped, not failed: a sender may
 // send both.
 func (v *Verifier) standard(h http.Header, body []byte) error {
-	id, ts, list := h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature")
+	id, ts, list := standardHeaders(h)
 	if id == "" || ts == "" || list == "" {
-		return unsigned("webhook-id, webhook-timestamp or webhook-signature missing")
+		return unsigned("webhook-id, webhook-timestamp or webhook-signature (or svix-id, svix-timestamp, svix-signature) missing")
 	}
 	var sigs []string
 	for _, s := range strings.Fields(list) {
@@ -241,7 +257,7 @@ func (v *Verifier) standard(h http.Header, body []byte) error {
 		}
 	}
 	if len(sigs) == 0 {
-		return unsigned("webhook-signature holds no v1 signature")
+		return unsigned("the signature header holds no v1 signature")
 	}
 	if err := v.match(sha256.New, [][]byte{[]byte(id + "." + ts + "."), body}, sigs, base64.StdEncoding.DecodeString); err != nil {
 		return err
@@ -360,7 +376,8 @@ func (v *Verifier) fresh(ts string) error {
 func ProfileKey(profile string, h http.Header, body []byte) (key, why string, ok bool) {
 	switch profile {
 	case ProfileStandard:
-		return nonEmpty(h.Get("Webhook-Id"), "webhook-id header absent")
+		id, _, _ := standardHeaders(h)
+		return nonEmpty(id, "webhook-id (or svix-id) header absent")
 	case ProfileStripe:
 		return bodyKey(stripeID, "id", body)
 	case ProfileGitHub:

@@ -85,6 +85,24 @@ func TestStandardWebhooksSpecVector(t *testing.T) {
 	if k, _, _ := ProfileKey(ProfileStandard, h, nil); k != swID {
 		t.Errorf("key %q, want %q", k, swID)
 	}
+	// Svix's default names carry the same scheme; the key is svix-id.
+	sv := hdr("svix-id", swID, "svix-timestamp", strconv.Itoa(swTS), "svix-signature", swSig)
+	if err := v.Verify(sv, []byte(swBody)); err != nil {
+		t.Fatalf("spec vector under svix-* headers refused: %v", err)
+	}
+	if k, _, _ := ProfileKey(ProfileStandard, sv, nil); k != swID {
+		t.Errorf("svix key %q, want %q", k, swID)
+	}
+	// Both families present: svix-* is read first, as Svix's verifier
+	// does, for the signature and the key alike; an unsigned webhook-id
+	// beside it never becomes the key.
+	sv.Set("webhook-id", "msg_other")
+	if err := v.Verify(sv, []byte(swBody)); err != nil {
+		t.Fatalf("svix-* beside a stray webhook-id refused: %v", err)
+	}
+	if k, _, _ := ProfileKey(ProfileStandard, sv, nil); k != swID {
+		t.Errorf("key %q with both families, want the signed %q", k, swID)
+	}
 }
 
 // Each provider's recipe, built here with crypto/hmac as the provider
