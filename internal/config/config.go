@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
 
 // Config is the whole file.
@@ -200,11 +202,15 @@ type Webhook struct {
 	Tolerance time.Duration `mapstructure:"tolerance"`
 	// KeyFrom: "profile" takes the sender's event id (generic-hmac and
 	// none have none and use the key rules), "rules" the source's key.
-	KeyFrom       string        `mapstructure:"key_from"`
-	Mode          string        `mapstructure:"mode"`
-	Target        WebhookTarget `mapstructure:"target"`
-	MaxBodyBytes  ByteSize      `mapstructure:"max_body_bytes"`
+	KeyFrom      string        `mapstructure:"key_from"`
+	Mode         string        `mapstructure:"mode"`
+	Target       WebhookTarget `mapstructure:"target"`
+	MaxBodyBytes ByteSize      `mapstructure:"max_body_bytes"`
+	// MaxConcurrent bounds the verified requests being stored at once;
+	// MaxUnverified, on its own, the requests still being read and
+	// verified, each for at most ReadTimeout.
 	MaxConcurrent int           `mapstructure:"max_concurrent"`
+	MaxUnverified int           `mapstructure:"max_unverified"`
 	ReadTimeout   time.Duration `mapstructure:"read_timeout"`
 	// AllowUnsignedOn acknowledges profile none on a listener that is not
 	// loopback; it must equal listen, so moving the listener asks again.
@@ -327,6 +333,7 @@ func DefaultSource() Source {
 			},
 			MaxBodyBytes:  1 << 20,
 			MaxConcurrent: 256,
+			MaxUnverified: webhook.DefaultMaxUnverified,
 			ReadTimeout:   10 * time.Second,
 			Generic:       WebhookGeneric{Encoding: "hex", Algorithm: "sha256"},
 		},

@@ -101,6 +101,7 @@ func (s *Source) validateWebhook(at string, p *problems) {
 		p.add(at+".max_body_bytes", "must be positive, got %d", w.MaxBodyBytes)
 	}
 	p.atLeast(at+".max_concurrent", w.MaxConcurrent, 1)
+	p.atLeast(at+".max_unverified", w.MaxUnverified, 1)
 	p.positive(at+".read_timeout", w.ReadTimeout)
 	if w.Mode != "enqueue" {
 		return

@@ -44,6 +44,7 @@ func TestWebhookValidateOneFieldAtATime(t *testing.T) {
 		{"sources[0].webhook.mode", func(w *Webhook) { w.Mode = "store" }},
 		{"sources[0].webhook.max_body_bytes", func(w *Webhook) { w.MaxBodyBytes = 0 }},
 		{"sources[0].webhook.max_concurrent", func(w *Webhook) { w.MaxConcurrent = 0 }},
+		{"sources[0].webhook.max_unverified", func(w *Webhook) { w.MaxUnverified = 0 }},
 		{"sources[0].webhook.read_timeout", func(w *Webhook) { w.ReadTimeout = 0 }},
 		{"sources[0].webhook.target.broker", func(w *Webhook) { w.Target.Broker = "sqs" }},
 		{"sources[0].webhook.target.rabbitmq", func(w *Webhook) { w.Target.RabbitMQ.RoutingKey = "" }},
