@@ -366,13 +366,28 @@ func (v *Verifier) fresh(ts string) error {
 	return nil
 }
 
-// ProfileKey returns the sender's own event id, the same on every retry,
-// for the profiles that have one; ok is false for generic-hmac and none
-// (they use the key rules) and why says what was missing.
+// BodyDigestPrefix starts the key of an event keyed on its signed body.
+const BodyDigestPrefix = "sha256:"
+
+// BodyDigestKey is "sha256:<hex SHA-256 of the body>".
+func BodyDigestKey(body []byte) string {
+	d := sha256.Sum256(body)
+	return BodyDigestPrefix + hex.EncodeToString(d[:])
+}
+
+// ProfileKey returns the event's identity, the same on every retry, for
+// the profiles that know one; ok is false for generic-hmac and none (they
+// use the key rules) and why says what was missing. It is always
+// something the signature covers:
 //
-// GitHub's delivery GUID alone is shared by every hook subscribed to the
-// event, so two hooks pointed at one proxy would see each other's events
-// as duplicates; the hook id makes it one key per hook.
+//   - standard-webhooks: the id header, signed with the timestamp;
+//   - stripe, slack: the body's id, inside the signed body;
+//   - github, shopify: they sign only the body, and their id headers
+//     (X-GitHub-Delivery, X-Shopify-Event-Id) are not signed, so a
+//     captured request replayed with a fresh id would be a new key. The
+//     key is the digest of the signed body instead: within the TTL, the
+//     same body is the same event whatever its id header says (two hooks
+//     delivering one identical body to one source are one event).
 func ProfileKey(profile string, h http.Header, body []byte) (key, why string, ok bool) {
 	switch profile {
 	case ProfileStandard:
@@ -380,14 +395,8 @@ func ProfileKey(profile string, h http.Header, body []byte) (key, why string, ok
 		return nonEmpty(id, "webhook-id (or svix-id) header absent")
 	case ProfileStripe:
 		return bodyKey(stripeID, "id", body)
-	case ProfileGitHub:
-		hook, del := h.Get("X-GitHub-Hook-ID"), h.Get("X-GitHub-Delivery")
-		if hook == "" || del == "" {
-			return "", "X-GitHub-Hook-ID or X-GitHub-Delivery header absent", true
-		}
-		return hook + ":" + del, "", true
-	case ProfileShopify:
-		return nonEmpty(h.Get("X-Shopify-Event-Id"), "X-Shopify-Event-Id header absent")
+	case ProfileGitHub, ProfileShopify:
+		return BodyDigestKey(body), "", true
 	case ProfileSlack:
 		return bodyKey(slackID, "event_id", body)
 	}

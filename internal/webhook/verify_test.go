@@ -120,6 +120,8 @@ func TestProfilesProviderRecipes(t *testing.T) {
 		return base64.StdEncoding.EncodeToString(mac(newH, []byte(secret), msg))
 	}
 	swKey := base64.StdEncoding.EncodeToString([]byte(secret))
+	// GitHub and Shopify sign only the body: their key is its digest.
+	bodySum := "sha256:" + sha256Hex(body)
 	cases := []struct {
 		profile string
 		g       Generic
@@ -133,9 +135,9 @@ func TestProfilesProviderRecipes(t *testing.T) {
 		{ProfileStripe, Generic{}, secret,
 			hdr("Stripe-Signature", "t="+ts+",v1="+hexSig(sha256.New, ts+"."+body)+",v0=deadbeef"), "evt_1"},
 		{ProfileGitHub, Generic{}, secret,
-			hdr("X-Hub-Signature-256", "sha256="+hexSig(sha256.New, body), "X-GitHub-Hook-ID", "42", "X-GitHub-Delivery", "guid-1"), "42:guid-1"},
+			hdr("X-Hub-Signature-256", "sha256="+hexSig(sha256.New, body), "X-GitHub-Hook-ID", "42", "X-GitHub-Delivery", "guid-1"), bodySum},
 		{ProfileShopify, Generic{}, secret,
-			hdr("X-Shopify-Hmac-Sha256", b64Sig(sha256.New, body), "X-Shopify-Event-Id", "shop-ev-1"), "shop-ev-1"},
+			hdr("X-Shopify-Hmac-Sha256", b64Sig(sha256.New, body), "X-Shopify-Event-Id", "shop-ev-1"), bodySum},
 		{ProfileSlack, Generic{}, secret,
 			hdr("X-Slack-Signature", "v0="+hexSig(sha256.New, "v0:"+ts+":"+body), "X-Slack-Request-Timestamp", ts), "Ev1"},
 		{ProfileGenericHMAC, Generic{Header: "X-Sig", Prefix: "sha512=", Encoding: "hex", Algorithm: "sha512"}, secret,
@@ -286,4 +288,9 @@ func TestBodyIDsFollowTheKeyRules(t *testing.T) {
 			}
 		}
 	}
+}
+
+func sha256Hex(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
 }
