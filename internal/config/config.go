@@ -114,10 +114,12 @@ type Source struct {
 	Path         string   `mapstructure:"path"`
 	Key          []string `mapstructure:"key"`
 	OnMissingKey string   `mapstructure:"on_missing_key"`
-	// KeySpace scopes this source's stored keys: "<consumer>:<key_space>:<key>".
+	// KeySpace scopes this source's stored keys: "<consumer>:<key_space>:<key>"
+	// ("<consumer>:webhook/<key_space>:<key>" for a webhook source).
 	// Empty means the source's own name, so the same id on two sources of
 	// one consumer (two jobs) is two keys. Sources that must share one key
-	// space (one stream consumed from two queues) set the same value.
+	// space (one stream consumed from two queues) set the same value; a
+	// webhook source and a broker source never share one.
 	KeySpace string `mapstructure:"key_space"`
 	// MaxRedeliveryDelay is the longest time after which this source may
 	// deliver a message again (a delayed retry loop, a producer's retry
@@ -348,11 +350,22 @@ func (s Source) KeySpaceName() string {
 	return s.Name
 }
 
-// KeySpaces lists the consumer's key spaces once each, in source order.
+// StoredKeySpace is the key-space segment of the source's stored keys,
+// "<consumer>:<segment>:<key>": its key space, or for a webhook source
+// "webhook/<key space>", which no broker source's key space can spell.
+func (s Source) StoredKeySpace() string {
+	if s.Type == "webhook" {
+		return webhook.KeySpaceSegment(s.KeySpaceName())
+	}
+	return s.KeySpaceName()
+}
+
+// KeySpaces lists the consumer's stored key spaces (StoredKeySpace) once
+// each, in source order: what the key API's space names.
 func (c *Config) KeySpaces() []string {
 	var out []string
 	for _, s := range c.Sources {
-		if n := s.KeySpaceName(); !slices.Contains(out, n) {
+		if n := s.StoredKeySpace(); !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}

@@ -163,6 +163,7 @@ func (c *Config) Validate() error {
 		}
 		names[src.Name] = i
 	}
+	c.validateSharedKeySpaces(&p)
 	if len(p) == 0 {
 		return nil
 	}

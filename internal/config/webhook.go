@@ -131,6 +131,48 @@ func (s *Source) validateWebhook(at string, p *problems) {
 	}
 }
 
+// validateSharedKeySpaces refuses a key space named by a webhook source and
+// a broker source. They cannot share it (a webhook's keys are stored under
+// webhook/<key space>), and had they shared it, the webhook's done mark
+// would be the consumer's claim: every event the webhook enqueued acked as
+// a duplicate, never at the app. The error goes on the key_space that was
+// set (both are the source's name by default, and names are unique).
+func (c *Config) validateSharedKeySpaces(p *problems) {
+	type first struct {
+		i    int
+		kind string
+	}
+	seen := map[string]first{}
+	for i, s := range c.Sources {
+		kind := "broker"
+		if s.Type == "webhook" {
+			kind = "webhook"
+		}
+		space := s.KeySpaceName()
+		f, ok := seen[space]
+		if !ok {
+			seen[space] = first{i, kind}
+			continue
+		}
+		if f.kind == kind {
+			continue
+		}
+		at := i
+		if s.KeySpace == "" {
+			at = f.i
+		}
+		hook, brk := i, f.i
+		if kind == "broker" {
+			hook, brk = f.i, i
+		}
+		p.add(fmt.Sprintf("sources[%d].key_space", at),
+			"key space %q is both webhook source sources[%d]'s and broker source sources[%d]'s; they never share keys "+
+				"(a webhook's are stored under webhook/%s), and if they did, the webhook's done mark would make the broker source "+
+				"ack the events it enqueued as duplicates, never forwarding them; give them different key spaces "+
+				"(the broker source dedupes what it consumes in its own)", space, hook, brk, space)
+	}
+}
+
 // webhookWarnings: a seen-set TTL shorter than the sender's retry horizon
 // lets a late retry through as a new event.
 func (c *Config) webhookWarnings() []Warning {

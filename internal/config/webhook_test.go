@@ -139,3 +139,54 @@ func TestWebhookWarningsTTLShorterThanRetryHorizon(t *testing.T) {
 		t.Errorf("shopify with a 3h TTL: %v", ws)
 	}
 }
+
+// A webhook source and a broker source never share keys (a webhook's live
+// under webhook/<key space>), so a key_space that names both would ask for
+// what cannot be: validate says so under the key_space that was set.
+// Two webhook sources, or two broker sources, may share one.
+func TestWebhookKeySpaceNeverABrokerSources(t *testing.T) {
+	broker := DefaultSource()
+	broker.Name, broker.RabbitMQ.Queue = "orders", "orders"
+	for _, tc := range []struct {
+		name          string
+		hookSpace     string
+		brokerSpace   string
+		path          string
+		secondWebhook bool
+	}{
+		{"webhook names the broker source", "orders", "", "sources[0].key_space", false},
+		{"broker source names the webhook", "", "hooks", "sources[1].key_space", false},
+		{"both name one space", "money", "money", "sources[1].key_space", false},
+		{"two webhooks share", "money", "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := webhookConfig()
+			c.Sources[0].KeySpace = tc.hookSpace
+			b := broker
+			b.KeySpace = tc.brokerSpace
+			c.Sources = append(c.Sources, b)
+			if tc.secondWebhook {
+				w := c.Sources[0]
+				w.Name, w.Webhook.Listen = "hooks2", "127.0.0.1:8089"
+				c.Sources = append(c.Sources, w)
+			}
+			err := c.Validate()
+			if tc.path == "" {
+				if err != nil {
+					t.Fatalf("rejected: %v", err)
+				}
+				if got := c.KeySpaces(); len(got) != 2 || got[0] != "webhook/money" || got[1] != "orders" {
+					t.Fatalf("KeySpaces = %v, want [webhook/money orders]", got)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], tc.path+": ") || !strings.Contains(lines[0], "duplicate") {
+				t.Fatalf("error %q, want one line at %s explaining the duplicates", err, tc.path)
+			}
+		})
+	}
+}

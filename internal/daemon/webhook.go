@@ -32,7 +32,7 @@ func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
 	}
 	o := webhook.Options{
 		Name:           sc.Name,
-		Prefix:         cfg.Consumer + ":" + sc.KeySpaceName() + ":",
+		Prefix:         cfg.Consumer + ":" + sc.StoredKeySpace() + ":",
 		Profile:        w.Profile,
 		Verifier:       v,
 		Keys:           ex,

@@ -48,7 +48,8 @@ type Forwarder interface {
 // Options configure a Handler.
 type Options struct {
 	Name string
-	// Prefix namespaces stored keys: "<consumer>:<key space>:".
+	// Prefix namespaces stored keys: "<consumer>:<KeySpaceSegment(key
+	// space)>:", apart from every broker source's.
 	Prefix   string
 	Profile  string
 	Verifier *Verifier

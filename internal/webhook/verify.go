@@ -366,6 +366,14 @@ func (v *Verifier) fresh(ts string) error {
 	return nil
 }
 
+// KeySpaceSegment is the key-space segment of a webhook source's stored
+// keys: "<consumer>:webhook/<key space>:<key>". A broker source's segment
+// is its key space itself, a name that can hold neither '/' nor ':', so
+// no broker source's key is ever a webhook's: a webhook marking an event
+// done can never make the consumer of what it enqueued ack that event as
+// a duplicate, in this deployment or another with the same names.
+func KeySpaceSegment(space string) string { return "webhook/" + space }
+
 // BodyDigestPrefix starts the key of an event keyed on its signed body.
 const BodyDigestPrefix = "sha256:"
 
