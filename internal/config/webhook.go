@@ -174,13 +174,15 @@ func (c *Config) validateSharedKeySpaces(p *problems) {
 }
 
 // webhookWarnings: a seen-set TTL shorter than the sender's retry horizon
-// lets a late retry through as a new event.
+// lets a late retry through as a new event; a key read from a header the
+// signature does not cover lets a replay through as one.
 func (c *Config) webhookWarnings() []Warning {
 	var ws []Warning
 	for i, s := range c.Sources {
 		if s.Type != "webhook" {
 			continue
 		}
+		ws = append(ws, unsignedKeyWarnings(i, s)...)
 		if h := webhook.RetryHorizon(s.Webhook.Profile); h > c.SeenSet.TTL {
 			ws = append(ws, Warning{
 				Path: fmt.Sprintf("sources[%d].webhook.profile", i),
@@ -189,6 +191,32 @@ func (c *Config) webhookWarnings() []Warning {
 					s.Webhook.Profile, fmtHours(h), c.SeenSet.TTL, fmtHours(h)),
 			})
 		}
+	}
+	return ws
+}
+
+// unsignedKeyWarnings: the key rules decide a webhook's key for
+// generic-hmac and with key_from: rules; a header: rule there reads a
+// header the sender may not sign. Profile none verifies nothing, so it
+// has no signature to fall outside of.
+func unsignedKeyWarnings(i int, s Source) []Warning {
+	w := s.Webhook
+	if w.Profile == webhook.ProfileNone || (w.Profile != webhook.ProfileGenericHMAC && w.KeyFrom != "rules") {
+		return nil
+	}
+	g := webhook.Generic{TimestampHeader: w.Generic.TimestampHeader}
+	var ws []Warning
+	for j, rule := range s.Key {
+		name, ok := strings.CutPrefix(strings.TrimSpace(rule), "header:")
+		if !ok || slices.ContainsFunc(webhook.SignedHeaders(w.Profile, g), func(h string) bool { return strings.EqualFold(h, name) }) {
+			continue
+		}
+		ws = append(ws, Warning{
+			Path: fmt.Sprintf("sources[%d].key[%d]", i, j),
+			Msg: fmt.Sprintf("the %s signature does not cover header %s: a captured request replayed with a new value there is verified "+
+				"and stored as a new event, so this key gives no replay protection; key on a field of the signed body (json:<path>) instead",
+				w.Profile, name),
+		})
 	}
 	return ws
 }

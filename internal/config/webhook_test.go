@@ -190,3 +190,46 @@ func TestWebhookKeySpaceNeverABrokerSources(t *testing.T) {
 		})
 	}
 }
+
+// A webhook key taken from a header the signature does not cover gives no
+// replay protection (a replay with a new value there is a new event):
+// warned about under that rule. Body rules and signed headers are not.
+func TestWebhookWarningsUnsignedHeaderKey(t *testing.T) {
+	for _, tc := range []struct {
+		profile, keyFrom, tsHeader string
+		key                        []string
+		warn                       string // the path, "" for none
+	}{
+		{"generic-hmac", "profile", "", []string{"header:x-partner-event-id"}, "sources[0].key[0]"},
+		{"generic-hmac", "profile", "X-Ts", []string{"json:id", "header:X-Partner-Id"}, "sources[0].key[1]"},
+		{"generic-hmac", "profile", "X-Ts", []string{"header:x-ts"}, ""},
+		{"generic-hmac", "profile", "", []string{"json:id"}, ""},
+		{"github", "rules", "", []string{"header:X-GitHub-Delivery"}, "sources[0].key[0]"},
+		{"github", "profile", "", []string{"header:X-GitHub-Delivery"}, ""}, // the body digest is the key
+		{"standard-webhooks", "rules", "", []string{"header:svix-id", "header:webhook-id"}, ""},
+		{"none", "profile", "", []string{"header:x-id"}, ""}, // nothing is verified anyway
+	} {
+		c := webhookConfig()
+		w := &c.Sources[0].Webhook
+		w.Profile, w.KeyFrom, w.Generic.Header, w.Generic.TimestampHeader = tc.profile, tc.keyFrom, "X-Sig", tc.tsHeader
+		if tc.profile == "none" {
+			w.Secrets = nil
+		}
+		c.Sources[0].Key = tc.key
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
+		var got []Warning
+		for _, w := range c.Warnings() {
+			if strings.Contains(w.Msg, "signature does not cover") {
+				got = append(got, w)
+			}
+		}
+		switch {
+		case tc.warn == "" && len(got) != 0:
+			t.Errorf("%s %v: warnings %v, want none", tc.profile, tc.key, got)
+		case tc.warn != "" && (len(got) != 1 || got[0].Path != tc.warn || !strings.Contains(got[0].Msg, "replay")):
+			t.Errorf("%s %v: warnings %v, want one under %s about replays", tc.profile, tc.key, got, tc.warn)
+		}
+	}
+}

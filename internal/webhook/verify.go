@@ -83,6 +83,23 @@ func SignatureHeaders(profile string, g Generic) []string {
 	return nil
 }
 
+// SignedHeaders are the headers whose values a profile's signature covers
+// (the signature header itself aside): a key read from any other header
+// can be changed by whoever replays a captured request.
+func SignedHeaders(profile string, g Generic) []string {
+	switch profile {
+	case ProfileStandard:
+		return []string{"Webhook-Id", "Webhook-Timestamp", "Svix-Id", "Svix-Timestamp"}
+	case ProfileSlack:
+		return []string{"X-Slack-Request-Timestamp"}
+	case ProfileGenericHMAC:
+		if g.TimestampHeader != "" {
+			return []string{g.TimestampHeader}
+		}
+	}
+	return nil
+}
+
 // Generic describes a generic-hmac sender: the signature is
 // Prefix + Encoding(HMAC-Algorithm(secret, signed)) in Header, where signed
 // is the raw body, or "<TimestampHeader value>.<body>" when TimestampHeader
