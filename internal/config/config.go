@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
 
 // Config is the whole file.
@@ -120,10 +122,12 @@ type Source struct {
 	Path         string   `mapstructure:"path"`
 	Key          []string `mapstructure:"key"`
 	OnMissingKey string   `mapstructure:"on_missing_key"`
-	// KeySpace scopes this source's stored keys: "<consumer>:<key_space>:<key>".
+	// KeySpace scopes this source's stored keys: "<consumer>:<key_space>:<key>"
+	// ("<consumer>:webhook/<key_space>:<key>" for a webhook source).
 	// Empty means the source's own name, so the same id on two sources of
 	// one consumer (two jobs) is two keys. Sources that must share one key
-	// space (one stream consumed from two queues) set the same value.
+	// space (one stream consumed from two queues) set the same value; a
+	// webhook source and a broker source never share one.
 	KeySpace string `mapstructure:"key_space"`
 	// MaxRedeliveryDelay is the longest time after which this source may
 	// deliver a message again (a delayed retry loop, a producer's retry
@@ -208,11 +212,15 @@ type Webhook struct {
 	Tolerance time.Duration `mapstructure:"tolerance"`
 	// KeyFrom: "profile" takes the sender's event id (generic-hmac and
 	// none have none and use the key rules), "rules" the source's key.
-	KeyFrom       string        `mapstructure:"key_from"`
-	Mode          string        `mapstructure:"mode"`
-	Target        WebhookTarget `mapstructure:"target"`
-	MaxBodyBytes  ByteSize      `mapstructure:"max_body_bytes"`
+	KeyFrom      string        `mapstructure:"key_from"`
+	Mode         string        `mapstructure:"mode"`
+	Target       WebhookTarget `mapstructure:"target"`
+	MaxBodyBytes ByteSize      `mapstructure:"max_body_bytes"`
+	// MaxConcurrent bounds the verified requests being stored at once;
+	// MaxUnverified, on its own, the requests still being read and
+	// verified, each for at most ReadTimeout.
 	MaxConcurrent int           `mapstructure:"max_concurrent"`
+	MaxUnverified int           `mapstructure:"max_unverified"`
 	ReadTimeout   time.Duration `mapstructure:"read_timeout"`
 	// AllowUnsignedOn acknowledges profile none on a listener that is not
 	// loopback; it must equal listen, so moving the listener asks again.
@@ -337,6 +345,7 @@ func DefaultSource() Source {
 			},
 			MaxBodyBytes:  1 << 20,
 			MaxConcurrent: 256,
+			MaxUnverified: webhook.DefaultMaxUnverified,
 			ReadTimeout:   10 * time.Second,
 			Generic:       WebhookGeneric{Encoding: "hex", Algorithm: "sha256"},
 		},
@@ -351,11 +360,22 @@ func (s Source) KeySpaceName() string {
 	return s.Name
 }
 
-// KeySpaces lists the consumer's key spaces once each, in source order.
+// StoredKeySpace is the key-space segment of the source's stored keys,
+// "<consumer>:<segment>:<key>": its key space, or for a webhook source
+// "webhook/<key space>", which no broker source's key space can spell.
+func (s Source) StoredKeySpace() string {
+	if s.Type == "webhook" {
+		return webhook.KeySpaceSegment(s.KeySpaceName())
+	}
+	return s.KeySpaceName()
+}
+
+// KeySpaces lists the consumer's stored key spaces (StoredKeySpace) once
+// each, in source order: what the key API's space names.
 func (c *Config) KeySpaces() []string {
 	var out []string
 	for _, s := range c.Sources {
-		if n := s.KeySpaceName(); !slices.Contains(out, n) {
+		if n := s.StoredKeySpace(); !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}

@@ -167,6 +167,7 @@ func (c *Config) Validate() error {
 		}
 		names[src.Name] = i
 	}
+	c.validateSharedKeySpaces(&p)
 	if len(p) == 0 {
 		return nil
 	}
@@ -293,6 +294,15 @@ func (c *Config) Warnings() []Warning {
 			Msg: fmt.Sprintf("is %s, not longer than app.timeout (%s): on SIGTERM a request still at the app is cut off and its message requeued; "+
 				"its key stays claimed until app.max_request_time (%s) from the request's start so no replica sends it again meanwhile, but it waits that long — set shutdown_timeout above app.timeout",
 				c.ShutdownTimeout, c.App.Timeout, c.App.MaxRequestTime),
+		})
+	}
+	if c.SeenSet.TTL > 0 && c.SeenSet.TTL < c.SeenSet.Lease {
+		ws = append(ws, Warning{
+			Path: "seenset.ttl",
+			Msg: fmt.Sprintf("is %s, below seenset.lease (%s): a finished message is remembered for less time than an unfinished one is held, "+
+				"so a duplicate that waited out the claim (answered busy, or redelivered after a crash) can arrive after the done mark expired "+
+				"and be forwarded again; ttl is the dedupe window and belongs well above the lease",
+				c.SeenSet.TTL, c.SeenSet.Lease),
 		})
 	}
 	for i, s := range c.Sources {

@@ -106,3 +106,26 @@ func TestKeySpaceIsAName(t *testing.T) {
 		t.Fatalf("KeySpaces = %v, want [orders]", got)
 	}
 }
+
+// A TTL below the lease is valid but warned about under seenset.ttl: a
+// done mark lives shorter than a claim, so a duplicate that waited out the
+// claim can arrive after the done mark is gone. Equal or above: no word.
+func TestWarningsTTLBelowLease(t *testing.T) {
+	c := Default()
+	c.Consumer = "c"
+	s := DefaultSource()
+	s.Name, s.RabbitMQ.Queue = "orders", "orders"
+	c.Sources = []Source{s}
+	c.SeenSet.Lease, c.SeenSet.TTL = 30*time.Second, 10*time.Second
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ws := c.Warnings()
+	if len(ws) != 1 || ws[0].Path != "seenset.ttl" || !strings.Contains(ws[0].Msg, "10s") || !strings.Contains(ws[0].Msg, "30s") {
+		t.Fatalf("warnings = %v, want one under seenset.ttl naming 10s and 30s", ws)
+	}
+	c.SeenSet.TTL = 30 * time.Second
+	if ws := c.Warnings(); len(ws) != 0 {
+		t.Fatalf("ttl = lease: warnings = %v, want none", ws)
+	}
+}

@@ -101,6 +101,7 @@ func (s *Source) validateWebhook(at string, p *problems) {
 		p.add(at+".max_body_bytes", "must be positive, got %d", w.MaxBodyBytes)
 	}
 	p.atLeast(at+".max_concurrent", w.MaxConcurrent, 1)
+	p.atLeast(at+".max_unverified", w.MaxUnverified, 1)
 	p.positive(at+".read_timeout", w.ReadTimeout)
 	if w.Mode != "enqueue" {
 		return
@@ -130,14 +131,58 @@ func (s *Source) validateWebhook(at string, p *problems) {
 	}
 }
 
+// validateSharedKeySpaces refuses a key space named by a webhook source and
+// a broker source. They cannot share it (a webhook's keys are stored under
+// webhook/<key space>), and had they shared it, the webhook's done mark
+// would be the consumer's claim: every event the webhook enqueued acked as
+// a duplicate, never at the app. The error goes on the key_space that was
+// set (both are the source's name by default, and names are unique).
+func (c *Config) validateSharedKeySpaces(p *problems) {
+	type first struct {
+		i    int
+		kind string
+	}
+	seen := map[string]first{}
+	for i, s := range c.Sources {
+		kind := "broker"
+		if s.Type == "webhook" {
+			kind = "webhook"
+		}
+		space := s.KeySpaceName()
+		f, ok := seen[space]
+		if !ok {
+			seen[space] = first{i, kind}
+			continue
+		}
+		if f.kind == kind {
+			continue
+		}
+		at := i
+		if s.KeySpace == "" {
+			at = f.i
+		}
+		hook, brk := i, f.i
+		if kind == "broker" {
+			hook, brk = f.i, i
+		}
+		p.add(fmt.Sprintf("sources[%d].key_space", at),
+			"key space %q is both webhook source sources[%d]'s and broker source sources[%d]'s; they never share keys "+
+				"(a webhook's are stored under webhook/%s), and if they did, the webhook's done mark would make the broker source "+
+				"ack the events it enqueued as duplicates, never forwarding them; give them different key spaces "+
+				"(the broker source dedupes what it consumes in its own)", space, hook, brk, space)
+	}
+}
+
 // webhookWarnings: a seen-set TTL shorter than the sender's retry horizon
-// lets a late retry through as a new event.
+// lets a late retry through as a new event; a key read from a header the
+// signature does not cover lets a replay through as one.
 func (c *Config) webhookWarnings() []Warning {
 	var ws []Warning
 	for i, s := range c.Sources {
 		if s.Type != "webhook" {
 			continue
 		}
+		ws = append(ws, unsignedKeyWarnings(i, s)...)
 		if h := webhook.RetryHorizon(s.Webhook.Profile); h > c.SeenSet.TTL {
 			ws = append(ws, Warning{
 				Path: fmt.Sprintf("sources[%d].webhook.profile", i),
@@ -146,6 +191,32 @@ func (c *Config) webhookWarnings() []Warning {
 					s.Webhook.Profile, fmtHours(h), c.SeenSet.TTL, fmtHours(h)),
 			})
 		}
+	}
+	return ws
+}
+
+// unsignedKeyWarnings: the key rules decide a webhook's key for
+// generic-hmac and with key_from: rules; a header: rule there reads a
+// header the sender may not sign. Profile none verifies nothing, so it
+// has no signature to fall outside of.
+func unsignedKeyWarnings(i int, s Source) []Warning {
+	w := s.Webhook
+	if w.Profile == webhook.ProfileNone || (w.Profile != webhook.ProfileGenericHMAC && w.KeyFrom != "rules") {
+		return nil
+	}
+	g := webhook.Generic{TimestampHeader: w.Generic.TimestampHeader}
+	var ws []Warning
+	for j, rule := range s.Key {
+		name, ok := strings.CutPrefix(strings.TrimSpace(rule), "header:")
+		if !ok || slices.ContainsFunc(webhook.SignedHeaders(w.Profile, g), func(h string) bool { return strings.EqualFold(h, name) }) {
+			continue
+		}
+		ws = append(ws, Warning{
+			Path: fmt.Sprintf("sources[%d].key[%d]", i, j),
+			Msg: fmt.Sprintf("the %s signature does not cover header %s: a captured request replayed with a new value there is verified "+
+				"and stored as a new event, so this key gives no replay protection; key on a field of the signed body (json:<path>) instead",
+				w.Profile, name),
+		})
 	}
 	return ws
 }

@@ -44,6 +44,7 @@ func TestWebhookValidateOneFieldAtATime(t *testing.T) {
 		{"sources[0].webhook.mode", func(w *Webhook) { w.Mode = "store" }},
 		{"sources[0].webhook.max_body_bytes", func(w *Webhook) { w.MaxBodyBytes = 0 }},
 		{"sources[0].webhook.max_concurrent", func(w *Webhook) { w.MaxConcurrent = 0 }},
+		{"sources[0].webhook.max_unverified", func(w *Webhook) { w.MaxUnverified = 0 }},
 		{"sources[0].webhook.read_timeout", func(w *Webhook) { w.ReadTimeout = 0 }},
 		{"sources[0].webhook.target.broker", func(w *Webhook) { w.Target.Broker = "sqs" }},
 		{"sources[0].webhook.target.rabbitmq", func(w *Webhook) { w.Target.RabbitMQ.RoutingKey = "" }},
@@ -136,5 +137,99 @@ func TestWebhookWarningsTTLShorterThanRetryHorizon(t *testing.T) {
 	c.SeenSet.TTL = 3 * time.Hour
 	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0].Msg, "4h") {
 		t.Errorf("shopify with a 3h TTL: %v", ws)
+	}
+}
+
+// A webhook source and a broker source never share keys (a webhook's live
+// under webhook/<key space>), so a key_space that names both would ask for
+// what cannot be: validate says so under the key_space that was set.
+// Two webhook sources, or two broker sources, may share one.
+func TestWebhookKeySpaceNeverABrokerSources(t *testing.T) {
+	broker := DefaultSource()
+	broker.Name, broker.RabbitMQ.Queue = "orders", "orders"
+	for _, tc := range []struct {
+		name          string
+		hookSpace     string
+		brokerSpace   string
+		path          string
+		secondWebhook bool
+	}{
+		{"webhook names the broker source", "orders", "", "sources[0].key_space", false},
+		{"broker source names the webhook", "", "hooks", "sources[1].key_space", false},
+		{"both name one space", "money", "money", "sources[1].key_space", false},
+		{"two webhooks share", "money", "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := webhookConfig()
+			c.Sources[0].KeySpace = tc.hookSpace
+			b := broker
+			b.KeySpace = tc.brokerSpace
+			c.Sources = append(c.Sources, b)
+			if tc.secondWebhook {
+				w := c.Sources[0]
+				w.Name, w.Webhook.Listen = "hooks2", "127.0.0.1:8089"
+				c.Sources = append(c.Sources, w)
+			}
+			err := c.Validate()
+			if tc.path == "" {
+				if err != nil {
+					t.Fatalf("rejected: %v", err)
+				}
+				if got := c.KeySpaces(); len(got) != 2 || got[0] != "webhook/money" || got[1] != "orders" {
+					t.Fatalf("KeySpaces = %v, want [webhook/money orders]", got)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], tc.path+": ") || !strings.Contains(lines[0], "duplicate") {
+				t.Fatalf("error %q, want one line at %s explaining the duplicates", err, tc.path)
+			}
+		})
+	}
+}
+
+// A webhook key taken from a header the signature does not cover gives no
+// replay protection (a replay with a new value there is a new event):
+// warned about under that rule. Body rules and signed headers are not.
+func TestWebhookWarningsUnsignedHeaderKey(t *testing.T) {
+	for _, tc := range []struct {
+		profile, keyFrom, tsHeader string
+		key                        []string
+		warn                       string // the path, "" for none
+	}{
+		{"generic-hmac", "profile", "", []string{"header:x-partner-event-id"}, "sources[0].key[0]"},
+		{"generic-hmac", "profile", "X-Ts", []string{"json:id", "header:X-Partner-Id"}, "sources[0].key[1]"},
+		{"generic-hmac", "profile", "X-Ts", []string{"header:x-ts"}, ""},
+		{"generic-hmac", "profile", "", []string{"json:id"}, ""},
+		{"github", "rules", "", []string{"header:X-GitHub-Delivery"}, "sources[0].key[0]"},
+		{"github", "profile", "", []string{"header:X-GitHub-Delivery"}, ""}, // the body digest is the key
+		{"standard-webhooks", "rules", "", []string{"header:svix-id", "header:webhook-id"}, ""},
+		{"none", "profile", "", []string{"header:x-id"}, ""}, // nothing is verified anyway
+	} {
+		c := webhookConfig()
+		w := &c.Sources[0].Webhook
+		w.Profile, w.KeyFrom, w.Generic.Header, w.Generic.TimestampHeader = tc.profile, tc.keyFrom, "X-Sig", tc.tsHeader
+		if tc.profile == "none" {
+			w.Secrets = nil
+		}
+		c.Sources[0].Key = tc.key
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
+		var got []Warning
+		for _, w := range c.Warnings() {
+			if strings.Contains(w.Msg, "signature does not cover") {
+				got = append(got, w)
+			}
+		}
+		switch {
+		case tc.warn == "" && len(got) != 0:
+			t.Errorf("%s %v: warnings %v, want none", tc.profile, tc.key, got)
+		case tc.warn != "" && (len(got) != 1 || got[0].Path != tc.warn || !strings.Contains(got[0].Msg, "replay")):
+			t.Errorf("%s %v: warnings %v, want one under %s about replays", tc.profile, tc.key, got, tc.warn)
+		}
 	}
 }

@@ -32,7 +32,7 @@ func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
 	}
 	o := webhook.Options{
 		Name:           sc.Name,
-		Prefix:         cfg.Consumer + ":" + sc.KeySpaceName() + ":",
+		Prefix:         cfg.Consumer + ":" + sc.StoredKeySpace() + ":",
 		Profile:        w.Profile,
 		Verifier:       v,
 		Keys:           ex,
@@ -43,6 +43,7 @@ func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
 		BusyDelay:      cfg.Delivery.BusyDelay,
 		MaxBodyBytes:   int64(w.MaxBodyBytes),
 		MaxConcurrent:  w.MaxConcurrent,
+		MaxUnverified:  w.MaxUnverified,
 		CommitAttempts: cfg.Delivery.CommitAttempts,
 		Logger:         d.log,
 		Metrics:        d.metrics.ForWebhook(sc.Name),

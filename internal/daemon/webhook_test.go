@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/admin"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -198,5 +200,60 @@ func TestWebhookReadinessFollowsTarget(t *testing.T) {
 	}
 	if c := postEvent(t, d.WebhookAddr("hooks"), "evt_down", []byte(`{}`)); c != http.StatusServiceUnavailable {
 		t.Fatalf("with the target down: %d, want 503", c)
+	}
+}
+
+// Two deployments with the same consumer and source names: one receives
+// webhooks as source "orders" and enqueues them to a queue, the other
+// consumes that queue as its broker source "orders". Their keys used to
+// be one ("<consumer>:orders:<id>"), so the webhook's done mark made the
+// consumer ack every event as a duplicate and the app never saw it. A
+// webhook's keys live in a namespace no broker source reaches: the app
+// gets every event, once.
+func TestWebhookAndItsConsumerNeverShareKeys(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Sources[0].Key = []string{"property:message_id"} })
+	h.start()
+
+	cfg := h.cfg
+	wh := webhookSource(t)
+	wh.Name = "orders" // the consumer's source name, in another deployment
+	wh.Webhook.Target.RabbitMQ.RoutingKey = h.queue
+	cfg.Sources = []config.Source{wh}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(&cfg, Deps{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("webhook deployment: %v", err)
+		}
+	}()
+	testutil.Eventually(t, 10*time.Second, "webhook deployment ready", func() bool { return d.Ready(context.Background()) == nil })
+	addr := d.WebhookAddr("orders")
+	for i := range 3 {
+		id := fmt.Sprintf("evt_shared_%d", i)
+		if c := sendUntilStored(t, addr, id, envelope(id, "enqueued by a webhook")); c != http.StatusOK {
+			t.Fatalf("event %s: %d", id, c)
+		}
+	}
+	checkOneEffectEach(t, h.app, 3)
+	// The webhook's done mark is where the key API looks for it, under
+	// the space webhook/orders; the consumer's own is under orders.
+	for space, want := range map[string]seenset.State{"webhook/orders": seenset.Done, "orders": seenset.Done} {
+		k := &admin.Keys{Store: d.Store(), Consumer: cfg.Consumer, Spaces: []string{"orders", "webhook/orders"}}
+		st, err := k.Status(context.Background(), space, "evt_shared_0")
+		if err != nil || st.State != want.String() {
+			t.Errorf("key evt_shared_0 in space %s: %+v (%v), want %s", space, st, err, want)
+		}
+	}
+	if got := cfg.KeySpaces(); len(got) != 1 || got[0] != "webhook/orders" {
+		t.Errorf("the webhook deployment's key spaces are %v, want [webhook/orders]", got)
 	}
 }

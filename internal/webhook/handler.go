@@ -48,7 +48,8 @@ type Forwarder interface {
 // Options configure a Handler.
 type Options struct {
 	Name string
-	// Prefix namespaces stored keys: "<consumer>:<key space>:".
+	// Prefix namespaces stored keys: "<consumer>:<KeySpaceSegment(key
+	// space)>:", apart from every broker source's.
 	Prefix   string
 	Profile  string
 	Verifier *Verifier
@@ -64,17 +65,29 @@ type Options struct {
 	// another request right now).
 	BusyDelay time.Duration
 	// Sink (enqueue mode) or Forwarder and AppPath (forward mode).
-	Sink           Sink
-	Forwarder      Forwarder
-	AppPath        string
-	MaxBodyBytes   int64
-	MaxConcurrent  int
+	Sink         Sink
+	Forwarder    Forwarder
+	AppPath      string
+	MaxBodyBytes int64
+	// MaxConcurrent bounds the verified requests being stored (claim,
+	// publish or forward, commit) at once.
+	MaxConcurrent int
+	// MaxUnverified bounds the requests whose body is being read and
+	// signature checked, on their own: an unauthenticated client never
+	// holds a store slot. The server's read timeout bounds each one's time.
+	// 0: DefaultMaxUnverified.
+	MaxUnverified  int
 	CommitAttempts int
 	// OpTimeout bounds each store and broker operation.
 	OpTimeout time.Duration
 	Logger    *slog.Logger
 	Metrics   *metrics.WebhookMetrics
 }
+
+// DefaultMaxUnverified is the pre-auth limit when none is set: a body in
+// memory each, so with a 1 MiB max_body_bytes at most 512 MiB while
+// reading, though a client that trickles holds little of it.
+const DefaultMaxUnverified = 512
 
 // unavailableRetryAfter is what a 503 asks the sender to wait: long
 // enough for a reconnect, short against every sender's deadline.
@@ -85,11 +98,14 @@ const unavailableRetryAfter = 5 * time.Second
 // Any failure after the claim releases it, so the sender's retry can
 // claim the key again at once.
 type Handler struct {
-	o      Options
-	log    *slog.Logger
-	m      *metrics.WebhookMetrics
-	slots  chan struct{}
-	tokens *seenset.Tokens
+	o   Options
+	log *slog.Logger
+	m   *metrics.WebhookMetrics
+	// unverified are the pre-auth slots (reading and verifying), slots
+	// the store slots only verified requests take.
+	unverified chan struct{}
+	slots      chan struct{}
+	tokens     *seenset.Tokens
 	// storeState logs Redis going down and coming back once each way;
 	// each request's own line about it is debug.
 	storeState *statelog.Tracker
@@ -106,6 +122,9 @@ func NewHandler(o Options) *Handler {
 	if o.MaxConcurrent < 1 {
 		o.MaxConcurrent = 1
 	}
+	if o.MaxUnverified < 1 {
+		o.MaxUnverified = DefaultMaxUnverified
+	}
 	if o.CommitAttempts < 1 {
 		o.CommitAttempts = 1
 	}
@@ -114,7 +133,7 @@ func NewHandler(o Options) *Handler {
 	}
 	log := o.Logger.With("source", o.Name)
 	return &Handler{o: o, log: log, m: o.Metrics,
-		slots: make(chan struct{}, o.MaxConcurrent), tokens: seenset.NewTokens(),
+		unverified: make(chan struct{}, o.MaxUnverified), slots: make(chan struct{}, o.MaxConcurrent), tokens: seenset.NewTokens(),
 		storeState: statelog.New(log, "seen-set unreachable: webhooks are answered 503 (the sender retries) until it is back", "seen-set reachable again")}
 }
 
@@ -135,34 +154,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, http.StatusMethodNotAllowed, metrics.WebhookBadRequest, "POST only", 0)
 		return
 	}
-	select {
-	case h.slots <- struct{}{}:
-		defer func() { <-h.slots }()
-	default:
-		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookOverloaded, "too many concurrent requests", time.Second)
-		return
-	}
-	if r.ContentLength > h.o.MaxBodyBytes {
-		h.refuse(w, http.StatusRequestEntityTooLarge, metrics.WebhookTooLarge, "body too large", 0)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			h.refuse(w, http.StatusRequestEntityTooLarge, metrics.WebhookTooLarge, "body too large", 0)
-			return
-		}
-		h.refuse(w, http.StatusBadRequest, metrics.WebhookBadRequest, "body could not be read", 0)
-		return
-	}
-	if err := h.o.Verifier.Verify(r.Header, body); err != nil {
-		var rej *Rejection
-		if !errors.As(err, &rej) {
-			rej = &Rejection{Status: http.StatusUnauthorized, Reason: ReasonBadSignature, Msg: "not verified"}
-		}
-		h.log.Info("webhook refused", "reason", rej.Reason, "detail", rej.Msg, "remote", r.RemoteAddr)
-		h.refuse(w, rej.Status, rej.Reason, rej.Msg, 0)
+	body, ok := h.readVerified(w, r)
+	if !ok {
 		return
 	}
 	h.m.Verified.Inc()
@@ -173,12 +166,60 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Only now, authenticated, does the request compete for a store slot:
+	// a client trickling its body or sending forgeries waits in the
+	// pre-auth stage, never here.
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookOverloaded, "too many concurrent requests", time.Second)
+		return
+	}
 	key, why := h.key(r.Header, body)
 	if key == "" {
 		h.refuse(w, http.StatusBadRequest, metrics.WebhookNoKey, "no event key: "+why, 0)
 		return
 	}
 	h.store(w, r, key, body)
+}
+
+// readVerified reads the body and checks the signature under a pre-auth
+// slot of its own, released before the request goes on: the server's
+// read timeout bounds how long one request holds it, MaxUnverified how
+// many are held. It answers the request itself when it returns false.
+func (h *Handler) readVerified(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	select {
+	case h.unverified <- struct{}{}:
+		defer func() { <-h.unverified }()
+	default:
+		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookOverloaded, "too many requests being read", time.Second)
+		return nil, false
+	}
+	if r.ContentLength > h.o.MaxBodyBytes {
+		h.refuse(w, http.StatusRequestEntityTooLarge, metrics.WebhookTooLarge, "body too large", 0)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			h.refuse(w, http.StatusRequestEntityTooLarge, metrics.WebhookTooLarge, "body too large", 0)
+			return nil, false
+		}
+		h.refuse(w, http.StatusBadRequest, metrics.WebhookBadRequest, "body could not be read", 0)
+		return nil, false
+	}
+	if err := h.o.Verifier.Verify(r.Header, body); err != nil {
+		var rej *Rejection
+		if !errors.As(err, &rej) {
+			rej = &Rejection{Status: http.StatusUnauthorized, Reason: ReasonBadSignature, Msg: "not verified"}
+		}
+		h.log.Info("webhook refused", "reason", rej.Reason, "detail", rej.Msg, "remote", r.RemoteAddr)
+		h.refuse(w, rej.Status, rej.Reason, rej.Msg, 0)
+		return nil, false
+	}
+	return body, true
 }
 
 // key is the profile's event id, or the key rules' answer.

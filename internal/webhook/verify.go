@@ -21,6 +21,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 )
 
 // Profiles are the senders whose signature scheme and event id the
@@ -65,7 +68,7 @@ func RetryHorizon(profile string) time.Duration {
 func SignatureHeaders(profile string, g Generic) []string {
 	switch profile {
 	case ProfileStandard:
-		return []string{"Webhook-Signature"}
+		return []string{"Webhook-Signature", "Svix-Signature"}
 	case ProfileStripe:
 		return []string{"Stripe-Signature"}
 	case ProfileGitHub:
@@ -76,6 +79,23 @@ func SignatureHeaders(profile string, g Generic) []string {
 		return []string{"X-Slack-Signature"}
 	case ProfileGenericHMAC:
 		return []string{g.Header}
+	}
+	return nil
+}
+
+// SignedHeaders are the headers whose values a profile's signature covers
+// (the signature header itself aside): a key read from any other header
+// can be changed by whoever replays a captured request.
+func SignedHeaders(profile string, g Generic) []string {
+	switch profile {
+	case ProfileStandard:
+		return []string{"Webhook-Id", "Webhook-Timestamp", "Svix-Id", "Svix-Timestamp"}
+	case ProfileSlack:
+		return []string{"X-Slack-Request-Timestamp"}
+	case ProfileGenericHMAC:
+		if g.TimestampHeader != "" {
+			return []string{g.TimestampHeader}
+		}
 	}
 	return nil
 }
@@ -222,14 +242,30 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	return fmt.Errorf("unknown profile %q", v.profile)
 }
 
-// standard: webhook-signature is a space-separated list of
+// standardHeaders are a Standard Webhooks request's id, timestamp and
+// signature list. Svix sends them as svix-id, svix-timestamp and
+// svix-signature unless an account switches to the webhook-* names; like
+// Svix's own verifier, each svix-* header is taken first and its webhook-*
+// name otherwise. Verify and the event key read the id through this one
+// function, so the key is always the id that was signed.
+func standardHeaders(h http.Header) (id, ts, sigs string) {
+	get := func(name string) string {
+		if v := h.Get("Svix-" + name); v != "" {
+			return v
+		}
+		return h.Get("Webhook-" + name)
+	}
+	return get("Id"), get("Timestamp"), get("Signature")
+}
+
+// standard: the signature header is a space-separated list of
 // "<version>,<base64>"; v1 is HMAC-SHA256 over "<id>.<timestamp>.<body>".
 // Other versions (v1a, ed25519) are skipped, not failed: a sender may
 // send both.
 func (v *Verifier) standard(h http.Header, body []byte) error {
-	id, ts, list := h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature")
+	id, ts, list := standardHeaders(h)
 	if id == "" || ts == "" || list == "" {
-		return unsigned("webhook-id, webhook-timestamp or webhook-signature missing")
+		return unsigned("webhook-id, webhook-timestamp or webhook-signature (or svix-id, svix-timestamp, svix-signature) missing")
 	}
 	var sigs []string
 	for _, s := range strings.Fields(list) {
@@ -238,7 +274,7 @@ func (v *Verifier) standard(h http.Header, body []byte) error {
 		}
 	}
 	if len(sigs) == 0 {
-		return unsigned("webhook-signature holds no v1 signature")
+		return unsigned("the signature header holds no v1 signature")
 	}
 	if err := v.match(sha256.New, [][]byte{[]byte(id + "." + ts + "."), body}, sigs, base64.StdEncoding.DecodeString); err != nil {
 		return err
@@ -347,29 +383,47 @@ func (v *Verifier) fresh(ts string) error {
 	return nil
 }
 
-// ProfileKey returns the sender's own event id, the same on every retry,
-// for the profiles that have one; ok is false for generic-hmac and none
-// (they use the key rules) and why says what was missing.
+// KeySpaceSegment is the key-space segment of a webhook source's stored
+// keys: "<consumer>:webhook/<key space>:<key>". A broker source's segment
+// is its key space itself, a name that can hold neither '/' nor ':', so
+// no broker source's key is ever a webhook's: a webhook marking an event
+// done can never make the consumer of what it enqueued ack that event as
+// a duplicate, in this deployment or another with the same names.
+func KeySpaceSegment(space string) string { return "webhook/" + space }
+
+// BodyDigestPrefix starts the key of an event keyed on its signed body.
+const BodyDigestPrefix = "sha256:"
+
+// BodyDigestKey is "sha256:<hex SHA-256 of the body>".
+func BodyDigestKey(body []byte) string {
+	d := sha256.Sum256(body)
+	return BodyDigestPrefix + hex.EncodeToString(d[:])
+}
+
+// ProfileKey returns the event's identity, the same on every retry, for
+// the profiles that know one; ok is false for generic-hmac and none (they
+// use the key rules) and why says what was missing. It is always
+// something the signature covers:
 //
-// GitHub's delivery GUID alone is shared by every hook subscribed to the
-// event, so two hooks pointed at one proxy would see each other's events
-// as duplicates; the hook id makes it one key per hook.
+//   - standard-webhooks: the id header, signed with the timestamp;
+//   - stripe, slack: the body's id, inside the signed body;
+//   - github, shopify: they sign only the body, and their id headers
+//     (X-GitHub-Delivery, X-Shopify-Event-Id) are not signed, so a
+//     captured request replayed with a fresh id would be a new key. The
+//     key is the digest of the signed body instead: within the TTL, the
+//     same body is the same event whatever its id header says (two hooks
+//     delivering one identical body to one source are one event).
 func ProfileKey(profile string, h http.Header, body []byte) (key, why string, ok bool) {
 	switch profile {
 	case ProfileStandard:
-		return nonEmpty(h.Get("Webhook-Id"), "webhook-id header absent")
+		id, _, _ := standardHeaders(h)
+		return nonEmpty(id, "webhook-id (or svix-id) header absent")
 	case ProfileStripe:
-		return jsonString(body, "id")
-	case ProfileGitHub:
-		hook, del := h.Get("X-GitHub-Hook-ID"), h.Get("X-GitHub-Delivery")
-		if hook == "" || del == "" {
-			return "", "X-GitHub-Hook-ID or X-GitHub-Delivery header absent", true
-		}
-		return hook + ":" + del, "", true
-	case ProfileShopify:
-		return nonEmpty(h.Get("X-Shopify-Event-Id"), "X-Shopify-Event-Id header absent")
+		return bodyKey(stripeID, "id", body)
+	case ProfileGitHub, ProfileShopify:
+		return BodyDigestKey(body), "", true
 	case ProfileSlack:
-		return jsonString(body, "event_id")
+		return bodyKey(slackID, "event_id", body)
 	}
 	return "", "", false
 }
@@ -381,16 +435,30 @@ func nonEmpty(v, why string) (string, string, bool) {
 	return v, "", true
 }
 
-func jsonString(body []byte, field string) (string, string, bool) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return "", "body is not a JSON object", true
+// Body ids are read by the broker sources' key rules, so a webhook's key
+// obeys the same rules as a message's: the raw JSON literal, a lone
+// surrogate escape refused rather than decoded to U+FFFD (which would fold
+// different ids into one key), control characters refused (the key
+// travels as the Idempotency-Key header).
+var (
+	stripeID = mustRules("json:id")
+	slackID  = mustRules("json:event_id")
+)
+
+func mustRules(specs ...string) *keys.Extractor {
+	ex, err := keys.Parse(specs)
+	if err != nil {
+		panic(err)
 	}
-	var s string
-	if err := json.Unmarshal(m[field], &s); err != nil || s == "" {
-		return "", "body field " + field + " absent or not a string", true
+	return ex
+}
+
+func bodyKey(ex *keys.Extractor, field string, body []byte) (string, string, bool) {
+	k, why := ex.Key(&broker.Message{Body: body})
+	if k == "" {
+		return "", "body field " + field + ": " + why, true
 	}
-	return s, "", true
+	return k, "", true
 }
 
 // SlackChallenge returns the challenge of a Slack url_verification

@@ -85,6 +85,24 @@ func TestStandardWebhooksSpecVector(t *testing.T) {
 	if k, _, _ := ProfileKey(ProfileStandard, h, nil); k != swID {
 		t.Errorf("key %q, want %q", k, swID)
 	}
+	// Svix's default names carry the same scheme; the key is svix-id.
+	sv := hdr("svix-id", swID, "svix-timestamp", strconv.Itoa(swTS), "svix-signature", swSig)
+	if err := v.Verify(sv, []byte(swBody)); err != nil {
+		t.Fatalf("spec vector under svix-* headers refused: %v", err)
+	}
+	if k, _, _ := ProfileKey(ProfileStandard, sv, nil); k != swID {
+		t.Errorf("svix key %q, want %q", k, swID)
+	}
+	// Both families present: svix-* is read first, as Svix's verifier
+	// does, for the signature and the key alike; an unsigned webhook-id
+	// beside it never becomes the key.
+	sv.Set("webhook-id", "msg_other")
+	if err := v.Verify(sv, []byte(swBody)); err != nil {
+		t.Fatalf("svix-* beside a stray webhook-id refused: %v", err)
+	}
+	if k, _, _ := ProfileKey(ProfileStandard, sv, nil); k != swID {
+		t.Errorf("key %q with both families, want the signed %q", k, swID)
+	}
 }
 
 // Each provider's recipe, built here with crypto/hmac as the provider
@@ -102,6 +120,8 @@ func TestProfilesProviderRecipes(t *testing.T) {
 		return base64.StdEncoding.EncodeToString(mac(newH, []byte(secret), msg))
 	}
 	swKey := base64.StdEncoding.EncodeToString([]byte(secret))
+	// GitHub and Shopify sign only the body: their key is its digest.
+	bodySum := "sha256:" + sha256Hex(body)
 	cases := []struct {
 		profile string
 		g       Generic
@@ -115,9 +135,9 @@ func TestProfilesProviderRecipes(t *testing.T) {
 		{ProfileStripe, Generic{}, secret,
 			hdr("Stripe-Signature", "t="+ts+",v1="+hexSig(sha256.New, ts+"."+body)+",v0=deadbeef"), "evt_1"},
 		{ProfileGitHub, Generic{}, secret,
-			hdr("X-Hub-Signature-256", "sha256="+hexSig(sha256.New, body), "X-GitHub-Hook-ID", "42", "X-GitHub-Delivery", "guid-1"), "42:guid-1"},
+			hdr("X-Hub-Signature-256", "sha256="+hexSig(sha256.New, body), "X-GitHub-Hook-ID", "42", "X-GitHub-Delivery", "guid-1"), bodySum},
 		{ProfileShopify, Generic{}, secret,
-			hdr("X-Shopify-Hmac-Sha256", b64Sig(sha256.New, body), "X-Shopify-Event-Id", "shop-ev-1"), "shop-ev-1"},
+			hdr("X-Shopify-Hmac-Sha256", b64Sig(sha256.New, body), "X-Shopify-Event-Id", "shop-ev-1"), bodySum},
 		{ProfileSlack, Generic{}, secret,
 			hdr("X-Slack-Signature", "v0="+hexSig(sha256.New, "v0:"+ts+":"+body), "X-Slack-Request-Timestamp", ts), "Ev1"},
 		{ProfileGenericHMAC, Generic{Header: "X-Sig", Prefix: "sha512=", Encoding: "hex", Algorithm: "sha512"}, secret,
@@ -240,4 +260,37 @@ func TestSlackChallenge(t *testing.T) {
 	if _, ok := SlackChallenge([]byte(`{"type":"event_callback","event_id":"Ev1"}`)); ok {
 		t.Error("an event taken for a challenge")
 	}
+}
+
+// Stripe's and Slack's body ids follow the broker sources' key rules: a
+// lone surrogate escape is no key (encoding/json would turn "\ud800" and
+// "\udbff" into one U+FFFD key), a control character is no key (it cannot
+// travel as Idempotency-Key), and a valid escaped id is decoded.
+func TestBodyIDsFollowTheKeyRules(t *testing.T) {
+	for profile, field := range map[string]string{ProfileStripe: "id", ProfileSlack: "event_id"} {
+		for _, tc := range []struct {
+			raw, key, why string
+		}{
+			{`"evt_\ud800"`, "", "unpaired surrogate escape"},
+			{`"evt_\udbff"`, "", "unpaired surrogate escape"},
+			{`"evt_\u0007"`, "", "control characters"},
+			{`"evt_\n"`, "", "control characters"},
+			{`"evt_\ud83d\ude00"`, "evt_😀", ""},
+			{`"evt_1"`, "evt_1", ""},
+		} {
+			body := []byte(`{"` + field + `":` + tc.raw + `,"type":"x"}`)
+			key, why, ok := ProfileKey(profile, nil, body)
+			if tc.why != "" {
+				tc.why = "body field " + field + ": " + tc.why
+			}
+			if !ok || key != tc.key || why != tc.why {
+				t.Errorf("%s %s: key %q why %q (ok %v), want %q %q", profile, tc.raw, key, why, ok, tc.key, tc.why)
+			}
+		}
+	}
+}
+
+func sha256Hex(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
 }
