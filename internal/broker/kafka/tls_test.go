@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
@@ -63,13 +63,11 @@ func TestTLS(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	tr := &kafkago.Transport{TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-	w := &kafkago.Writer{Addr: kafkago.TCP(c.Addrs...), Topic: "orders", RequiredAcks: kafkago.RequireAll, BatchTimeout: time.Millisecond, Transport: tr}
-	if err := w.WriteMessages(context.Background(), kafkago.Message{Value: []byte("a")}, kafkago.Message{Value: []byte("b")}); err != nil {
+	w := c.Client(t, kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}), kgo.DefaultProduceTopic("orders"))
+	if err := w.ProduceSync(context.Background(), &kgo.Record{Value: []byte("a")}, &kgo.Record{Value: []byte("b")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	_ = w.Close()
-	tr.CloseIdleConnections()
+	w.Close()
 
 	o := options(c, "orders")
 	o.TLS = kafka.TLS{Enabled: true, CAFile: caFile}
