@@ -112,7 +112,7 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 		}
 		return broker.ErrNoDeadLetter
 	}
-	if err := produceSync(ctx, s.cl, s.o.DeadLetterTimeout, d.deadLetterRecord(info)); err != nil {
+	if err := produceSync(ctx, d.p.cl, s.o.DeadLetterTimeout, d.deadLetterRecord(info)); err != nil {
 		d.state.Store(statePending)
 		err = fmt.Errorf("produce dead letter to topic %q: %w", s.o.DeadLetterTopic, err)
 		if d.held.CompareAndSwap(false, true) {

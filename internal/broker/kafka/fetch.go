@@ -28,11 +28,11 @@ const (
 // ends. Handing over only appends (a full partition is paused, never
 // waited for), so the loop always drains what the client buffered and
 // one slow partition never holds up the fetches of the others.
-func (s *Source) poll(ctx context.Context) {
+func (s *Source) poll(ctx context.Context, cl *kgo.Client) {
 	for {
-		fs := s.cl.PollFetches(ctx)
+		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fs.IsClientClosed() {
-			s.cl.AllowRebalance()
+			cl.AllowRebalance()
 			return
 		}
 		fs.EachError(func(topic string, part int32, err error) {
@@ -68,7 +68,7 @@ func (s *Source) poll(ctx context.Context) {
 			}
 			p.enqueue(fp.Records, fp.HighWatermark)
 		})
-		s.cl.AllowRebalance()
+		cl.AllowRebalance()
 	}
 }
 

@@ -194,11 +194,13 @@ type Source struct {
 	member atomic.Bool
 	link   link
 
-	// Set by RunBatches before the client exists, read by the group
-	// callbacks it triggers.
-	cl     *kgo.Client
+	// h and runCtx are set by RunBatches before the client exists, and
+	// read by the group callbacks it triggers. The client itself starts
+	// joining inside kgo.NewClient, so its first callbacks may run before
+	// NewClient returned: each callback stores the client it was given.
 	h      broker.BatchHandler
 	runCtx context.Context
+	cl     atomic.Pointer[kgo.Client]
 
 	// partsMu guards parts; commitMu makes a commit and the removal of
 	// a revoked partition exclude each other, so no commit carries the
@@ -404,7 +406,7 @@ func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
-	s.cl = cl
+	s.cl.Store(cl)
 	s.log.Info("kafka joining group", "brokers", strings.Join(s.o.Brokers, ","), "topics", strings.Join(s.o.Topics, ","),
 		"ordering", s.o.Ordering, "dead_letter_topic", s.o.DeadLetterTopic, "instance_id", s.o.GroupInstanceID,
 		"balancers", strings.Join(s.o.Balancers, ","))
@@ -416,7 +418,7 @@ func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
 		s.commitLoop(commitCtx)
 	}()
 
-	s.poll(ctx)
+	s.poll(ctx, cl)
 
 	start := time.Now()
 	// Drain and commit before leaving: the member keeps heartbeating
@@ -424,7 +426,7 @@ func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
 	s.stopPartitions(s.holding(), "stopping", true)
 	stopCommits()
 	<-committed
-	s.leave()
+	s.leave(cl)
 	cl.Close()
 	s.member.Store(false)
 	s.log.Info("kafka left group", "took", time.Since(start).String())
@@ -533,7 +535,8 @@ func (s *Source) lookup(topics map[string][]int32) []*partition {
 
 // assigned starts the partitions the group added; kgo fetches their
 // offsets (pinStart) and starts fetching after it returns.
-func (s *Source) assigned(_ context.Context, _ *kgo.Client, added map[string][]int32) {
+func (s *Source) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
+	s.cl.Store(cl)
 	if s.groupLost.Swap(false) {
 		s.reconnects.Inc()
 	}
@@ -550,7 +553,7 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, added map[string][]i
 			if s.parts[tp] != nil {
 				continue
 			}
-			p := newPartition(s, t, id)
+			p := newPartition(s, cl, t, id)
 			s.parts[tp] = p
 			p.start(s.runCtx, s.h)
 			names = append(names, t+"/"+strconv.Itoa(int(id)))
@@ -558,7 +561,7 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, added map[string][]i
 	}
 	s.partsMu.Unlock()
 	slices.Sort(names)
-	member, gen := s.cl.GroupMetadata()
+	member, gen := cl.GroupMetadata()
 	s.log.Info("kafka partitions assigned", "generation", gen, "member", member, "partitions", strings.Join(names, ","))
 }
 
@@ -686,7 +689,7 @@ func (s *Source) pin(ctx context.Context, tps []topicPartition) (map[topicPartit
 		}
 		req.Topics = append(req.Topics, rt)
 	}
-	resp, err := req.RequestWith(ctx, s.cl)
+	resp, err := req.RequestWith(ctx, s.cl.Load())
 	if err != nil {
 		return nil, fmt.Errorf("list offsets: %w", err)
 	}
@@ -717,7 +720,7 @@ func (s *Source) pin(ctx context.Context, tps []topicPartition) (map[topicPartit
 // and reports the first error, the partitions' own included.
 func (s *Source) commitSync(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) error {
 	var rerr error
-	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	s.cl.Load().CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			rerr = err
 			return
@@ -806,11 +809,11 @@ func (s *Source) commitLocked(ps []*partition, why string) {
 // once. kgo does not leave as a static member (it expects the same id
 // back); a stopping pod is not coming back under its name, so the leave
 // names the instance itself.
-func (s *Source) leave() {
+func (s *Source) leave(cl *kgo.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*s.o.NetworkTimeout)
 	defer cancel()
-	member, _ := s.cl.GroupMetadata()
-	if err := s.cl.LeaveGroupContext(ctx); err != nil {
+	member, _ := cl.GroupMetadata()
+	if err := cl.LeaveGroupContext(ctx); err != nil {
 		s.log.Info("kafka leave group", "err", err)
 	}
 	if s.o.GroupInstanceID == "" || member == "" {
@@ -824,7 +827,7 @@ func (s *Source) leave() {
 	m.InstanceID = kmsg.StringPtr(s.o.GroupInstanceID)
 	m.Reason = kmsg.StringPtr("dedupe-proxy stopping")
 	req.Members = append(req.Members, m)
-	resp, err := req.RequestWith(ctx, s.cl)
+	resp, err := req.RequestWith(ctx, cl)
 	if err == nil {
 		err = kerr.ErrorForCode(resp.ErrorCode)
 		for _, m := range resp.Members {

@@ -16,6 +16,7 @@ import (
 // revoked, lost or the source stops.
 type partition struct {
 	s     *Source
+	cl    *kgo.Client
 	topic string
 	id    int32
 	label string
@@ -57,7 +58,7 @@ type lane struct {
 	queue []*kgo.Record
 }
 
-func newPartition(s *Source, topic string, id int32) *partition {
+func newPartition(s *Source, cl *kgo.Client, topic string, id int32) *partition {
 	label := strconv.Itoa(int(id))
 	// The worker takes a batch (partition order) or fills the window
 	// (key order) from what waits; twice that waiting is enough to never
@@ -68,6 +69,7 @@ func newPartition(s *Source, topic string, id int32) *partition {
 	}
 	p := &partition{
 		s:      s,
+		cl:     cl,
 		topic:  topic,
 		id:     id,
 		label:  label,
@@ -117,7 +119,7 @@ func (p *partition) release() {
 	defer p.qmu.Unlock()
 	if p.paused {
 		p.paused = false
-		p.s.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
+		p.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
 	}
 	clear(p.queue)
 	p.queue = nil
@@ -159,7 +161,7 @@ func (p *partition) enqueue(recs []*kgo.Record, hwm int64) {
 	p.queue = append(p.queue, recs...)
 	if !p.paused && len(p.queue) >= p.high {
 		p.paused = true
-		p.s.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.id}})
+		p.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.id}})
 	}
 	p.qmu.Unlock()
 	select {
@@ -188,7 +190,7 @@ func (p *partition) take(ctx context.Context, n int) ([]*kgo.Record, bool) {
 			p.queue = p.queue[n:]
 			if p.paused && len(p.queue) <= p.low {
 				p.paused = false
-				p.s.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
+				p.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
 			}
 			p.qmu.Unlock()
 			if len(out) > 0 {
