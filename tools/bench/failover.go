@@ -15,7 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The Kafka failover section: how long the app gets nothing when one of
@@ -515,17 +516,23 @@ func (run *failoverRun) waitSteady(ctx context.Context, group string) error {
 }
 
 func (run *failoverRun) bothAssigned(ctx context.Context, group string) bool {
-	resp, err := run.b.kafka.client.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{group}})
-	if err != nil || len(resp.Groups) != 1 || resp.Groups[0].Error != nil {
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, run.b.kafka.client)
+	if err != nil || len(resp.Groups) != 1 || kerr.ErrorForCode(resp.Groups[0].ErrorCode) != nil {
 		return false
 	}
 	g := resp.Groups[0]
-	if g.GroupState != "Stable" || len(g.Members) != 2 {
+	if g.State != "Stable" || len(g.Members) != 2 {
 		return false
 	}
 	for _, m := range g.Members {
+		var a kmsg.ConsumerMemberAssignment
+		if err := a.ReadFrom(m.MemberAssignment); err != nil {
+			return false
+		}
 		n := 0
-		for _, t := range m.MemberAssignments.Topics {
+		for _, t := range a.Topics {
 			n += len(t.Partitions)
 		}
 		if n == 0 {
