@@ -203,7 +203,8 @@ func (c *Cluster) SetCommitted(t testing.TB, group, topic string, offsets map[in
 	req.Group = group
 	req.Generation = -1
 	rt := kmsg.NewOffsetCommitRequestTopic()
-	rt.Topic = topic
+	// OffsetCommit v10 names the topic by id only.
+	rt.Topic, rt.TopicID = topic, c.topicID(t, topic)
 	for p, o := range offsets {
 		rp := kmsg.NewOffsetCommitRequestTopicPartition()
 		rp.Partition = int32(p)
@@ -220,6 +221,25 @@ func (c *Cluster) SetCommitted(t testing.TB, group, topic string, offsets map[in
 			}
 		}
 	}
+}
+
+func (c *Cluster) topicID(t testing.TB, topic string) [16]byte {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp := c.request(t, req).(*kmsg.MetadataResponse)
+	for _, mt := range resp.Topics {
+		if mt.Topic != nil && *mt.Topic == topic {
+			if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
+				t.Fatalf("metadata %s: %v", topic, err)
+			}
+			return mt.TopicID
+		}
+	}
+	t.Fatalf("metadata: no topic %s", topic)
+	return [16]byte{}
 }
 
 // Read reads up to n messages of one partition from offset 0, waiting at
