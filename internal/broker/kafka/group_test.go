@@ -270,3 +270,70 @@ func TestMixedGroupRollingUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// Cooperative-sticky: a member that joins takes only the partitions that
+// move to it. The first member's deliveries on the partitions it keeps
+// are never lost, those on the moved ones are, and what it finished on
+// them is committed before the newcomer reads them.
+func TestCooperativeJoinMovesOnlyWhatChangesOwner(t *testing.T) {
+	c := kafkatest.Start(t, 4, []string{"orders"})
+	c.Produce(t, "orders", records(4, 2)...)
+	o := options(c, "orders")
+	oa, ob := o, o
+	oa.GroupInstanceID, ob.GroupInstanceID = "pod-a", "pod-b"
+	var mu sync.Mutex
+	lostOn := map[int]bool{}
+	holding := map[int]bool{}
+	release := make(chan struct{})
+	start(t, oa, func(d broker.Delivery) {
+		m := d.Message()
+		if m.Offset == 0 {
+			_ = d.Ack(context.Background())
+			return
+		}
+		// Offset 1 of every partition stays at the "app".
+		mu.Lock()
+		holding[m.Partition] = true
+		mu.Unlock()
+		select {
+		case <-d.Lost():
+			mu.Lock()
+			lostOn[m.Partition] = true
+			mu.Unlock()
+			_ = d.Requeue(context.Background())
+		case <-release:
+			_ = d.Ack(context.Background())
+		}
+	})
+	testutil.Eventually(t, 10*time.Second, "pod-a holds offset 1 of every partition", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(holding) == 4
+	})
+	testutil.Eventually(t, 10*time.Second, "offset 0 committed", allCommitted(t, c, o.Group, "orders", uniform(4, 1)))
+	var b collector
+	start(t, ob, b.handle)
+	got := waitAssigned(t, c, o.Group, "pod-a", "pod-b")
+	testutil.Eventually(t, 10*time.Second, "pod-b delivers offset 1 of its partitions", func() bool { return b.count() == len(got["pod-b"]) })
+	mu.Lock()
+	for _, p := range got["pod-a"] {
+		if lostOn[int(p)] {
+			t.Errorf("partition %d stayed with pod-a, but its delivery was lost", p)
+		}
+	}
+	for _, p := range got["pod-b"] {
+		if !lostOn[int(p)] {
+			t.Errorf("partition %d moved to pod-b, but pod-a's delivery on it was not lost", p)
+		}
+	}
+	mu.Unlock()
+	b.mu.Lock()
+	for k := range b.seen {
+		if k[len(k)-2:] != "/1" {
+			t.Errorf("pod-b got %s: pod-a's finished offset 0 was not committed before the move", k)
+		}
+	}
+	b.mu.Unlock()
+	close(release)
+	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(4, 2)))
+}

@@ -576,6 +576,16 @@ func TestSASL(t *testing.T) {
 			})
 			testutil.Eventually(t, 15*time.Second, "both settled", func() bool { return n.Load() == 2 })
 
+			// The webhook sink's producer authenticates the same way.
+			p, err := kafka.NewProducer(kafka.ProducerOptions{Brokers: c.Addrs, Topic: "orders", SASL: o.SASL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Produce(context.Background(), &kgo.Record{Value: []byte("c")}); err != nil {
+				t.Errorf("producer with sasl %s: %v", mech, err)
+			}
+			p.Close()
+
 			// Wrong password: never a member, Ready says so, Run still
 			// stops cleanly.
 			bad := options(c, "orders")
