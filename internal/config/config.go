@@ -163,9 +163,18 @@ type RabbitDeadLetter struct {
 
 // Kafka is a consumer-group member.
 type Kafka struct {
-	Brokers           []string      `mapstructure:"brokers"`
-	Topics            []string      `mapstructure:"topics"`
-	Group             string        `mapstructure:"group"`
+	Brokers []string `mapstructure:"brokers"`
+	Topics  []string `mapstructure:"topics"`
+	Group   string   `mapstructure:"group"`
+	// GroupInstanceID makes the member static (KIP-345): restarted with
+	// the same id within session_timeout, it gets its partitions back
+	// without a rebalance. Empty takes the POD_NAME environment variable
+	// (the Helm chart and inject set it from the pod's name), and is a
+	// dynamic member outside Kubernetes.
+	GroupInstanceID string `mapstructure:"group_instance_id"`
+	// Balancers are the group protocols the member speaks, preferred
+	// first.
+	Balancers         []string      `mapstructure:"balancers"`
 	StartOffset       string        `mapstructure:"start_offset"`
 	IsolationLevel    string        `mapstructure:"isolation_level"`
 	Ordering          string        `mapstructure:"ordering"`
@@ -243,10 +252,13 @@ type WebhookRabbitMQ struct {
 	RoutingKey string `mapstructure:"routing_key"`
 }
 
-// WebhookKafka produces to Topic.
+// WebhookKafka produces to Topic, with the same TLS and SASL settings
+// as a Kafka source.
 type WebhookKafka struct {
-	Brokers []string `mapstructure:"brokers"`
-	Topic   string   `mapstructure:"topic"`
+	Brokers []string  `mapstructure:"brokers"`
+	Topic   string    `mapstructure:"topic"`
+	SASL    KafkaSASL `mapstructure:"sasl"`
+	TLS     KafkaTLS  `mapstructure:"tls"`
 }
 
 // WebhookGeneric describes a generic-hmac sender.
@@ -320,6 +332,7 @@ func DefaultSource() Source {
 			DeadLetter:       RabbitDeadLetter{Mode: "none"},
 		},
 		Kafka: Kafka{
+			Balancers:         []string{"cooperative-sticky", "range"},
 			StartOffset:       "earliest",
 			IsolationLevel:    "read_committed",
 			Ordering:          "partition",

@@ -21,6 +21,9 @@ const EnvPrefix = "DEDUPE_PROXY_"
 // EnvConfigFile names the config file when --config is not given.
 const EnvConfigFile = EnvPrefix + "CONFIG"
 
+// EnvPodName is the pod's name, the default kafka.group_instance_id.
+const EnvPodName = "POD_NAME"
+
 // Load reads path, applies environment overrides from environ (os.Environ()
 // when nil) and validates. The returned error lists every problem, one per
 // line, each starting with its field path.
@@ -94,6 +97,15 @@ func LoadWithOrigins(path string, environ []string) (*Config, Origins, error) {
 		for _, other := range []string{"rabbitmq", "kafka", "webhook"} {
 			if _, set := m[other]; set && src.Type != other {
 				errs = append(errs, fmt.Errorf("%s.%s: set, but the source's type is %q", prefix, other, src.Type))
+			}
+		}
+		if src.Type == "kafka" && src.Kafka.GroupInstanceID == "" {
+			// Kubernetes gives the pod's name through the downward API
+			// (the chart and inject set POD_NAME): a restarted container
+			// comes back as the same static member.
+			if pod := env[EnvPodName]; pod != "" {
+				src.Kafka.GroupInstanceID = pod
+				origins[prefix+".kafka.group_instance_id"] = EnvPodName
 			}
 		}
 		if src.Type == "webhook" {

@@ -22,6 +22,8 @@ var secretPaths = map[string]bool{
 	"seenset.redis.password":          true,
 	"seenset.redis.sentinel_password": true,
 	"sources[].kafka.sasl.password":   true,
+
+	"sources[].webhook.target.kafka.sasl.password": true,
 }
 
 // urlPaths hold URLs whose password is redacted.

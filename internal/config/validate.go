@@ -168,6 +168,22 @@ func (c *Config) Validate() error {
 		names[src.Name] = i
 	}
 	c.validateSharedKeySpaces(&p)
+	// One instance id per member of a group: a second member with the
+	// same id fences the first (two sources of one pod in one group would
+	// both default to the pod's name).
+	instances := map[[2]string]int{}
+	for i, src := range c.Sources {
+		k := src.Kafka
+		if src.Type != "kafka" || k.GroupInstanceID == "" {
+			continue
+		}
+		key := [2]string{k.Group, k.GroupInstanceID}
+		if j, dup := instances[key]; dup {
+			p.add(fmt.Sprintf("sources[%d].kafka.group_instance_id", i), "%q is already the instance id of sources[%d] in group %q: set a different one on each",
+				k.GroupInstanceID, j, k.Group)
+		}
+		instances[key] = i
+	}
 	if len(p) == 0 {
 		return nil
 	}
@@ -246,13 +262,13 @@ func (s *Source) validate(at string, p *problems) {
 		if k.HeartbeatInterval > 0 && k.SessionTimeout > 0 && k.HeartbeatInterval*3 > k.SessionTimeout {
 			p.add(at+".heartbeat_interval", "must be at most a third of session_timeout (%s), got %s", k.SessionTimeout, k.HeartbeatInterval)
 		}
-		p.oneOf(at+".sasl.mechanism", k.SASL.Mechanism, "", "plain", "scram-sha-256", "scram-sha-512")
-		if slices.Contains([]string{"plain", "scram-sha-256", "scram-sha-512"}, k.SASL.Mechanism) && (k.SASL.Username == "" || k.SASL.Password == "") {
-			p.add(at+".sasl", "mechanism %s needs username and password", k.SASL.Mechanism)
+		if len(k.Balancers) == 0 {
+			p.add(at+".balancers", "must list at least one of cooperative-sticky, range, sticky, roundrobin")
 		}
-		if (k.TLS.CertFile == "") != (k.TLS.KeyFile == "") {
-			p.add(at+".tls", "cert_file and key_file must be set together")
+		for i, b := range k.Balancers {
+			p.oneOf(fmt.Sprintf("%s.balancers[%d]", at, i), b, "cooperative-sticky", "range", "sticky", "roundrobin")
 		}
+		p.kafkaSecurity(at, k.SASL, k.TLS)
 		if s.OnMissingKey == "dead_letter" && k.DeadLetterTopic == "" {
 			p.add(at+".dead_letter_topic", "must be set when on_missing_key is dead_letter")
 		}
@@ -270,9 +286,21 @@ func (s *Source) validate(at string, p *problems) {
 			// Its dead letters would come back to it, fail again, and loop.
 			p.add(at+".dead_letter_topic", "must not be one of the consumed topics, got %q", k.DeadLetterTopic)
 		}
-		if !k.TLS.Enabled && (k.TLS.CAFile != "" || k.TLS.CertFile != "" || k.TLS.KeyFile != "" || k.TLS.InsecureSkipVerify) {
-			p.add(at+".tls.enabled", "must be true when other tls fields are set")
-		}
+	}
+}
+
+// kafkaSecurity checks the sasl and tls blocks of a Kafka source or a
+// webhook's Kafka target: one set of rules for one set of settings.
+func (p *problems) kafkaSecurity(at string, sasl KafkaSASL, tls KafkaTLS) {
+	p.oneOf(at+".sasl.mechanism", sasl.Mechanism, "", "plain", "scram-sha-256", "scram-sha-512")
+	if slices.Contains([]string{"plain", "scram-sha-256", "scram-sha-512"}, sasl.Mechanism) && (sasl.Username == "" || sasl.Password == "") {
+		p.add(at+".sasl", "mechanism %s needs username and password", sasl.Mechanism)
+	}
+	if (tls.CertFile == "") != (tls.KeyFile == "") {
+		p.add(at+".tls", "cert_file and key_file must be set together")
+	}
+	if !tls.Enabled && (tls.CAFile != "" || tls.CertFile != "" || tls.KeyFile != "" || tls.InsecureSkipVerify) {
+		p.add(at+".tls.enabled", "must be true when other tls fields are set")
 	}
 }
 

@@ -128,6 +128,7 @@ func (s *Source) validateWebhook(at string, p *problems) {
 		if t.Kafka.Topic == "" {
 			p.add(at+".target.kafka.topic", "must be set")
 		}
+		p.kafkaSecurity(at+".target.kafka", t.Kafka.SASL, t.Kafka.TLS)
 	}
 }
 

@@ -242,6 +242,8 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 			Brokers:           k.Brokers,
 			Topics:            k.Topics,
 			Group:             k.Group,
+			GroupInstanceID:   k.GroupInstanceID,
+			Balancers:         k.Balancers,
 			StartOffset:       k.StartOffset,
 			IsolationLevel:    k.IsolationLevel,
 			Ordering:          k.Ordering,

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
@@ -60,12 +59,12 @@ func newKafkaHarness(t *testing.T, partitions int, mutate func(*config.Config)) 
 // bq-message-id header unless id is empty).
 func kmsg(partition int, recordKey, id, note string) kafkatest.Record {
 	r := kafkatest.Record{Partition: partition, Value: envelope(id, note),
-		Headers: []kafkago.Header{{Key: "content-type", Value: []byte("application/json")}}}
+		Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/json")}}}
 	if recordKey != "" {
 		r.Key = []byte(recordKey)
 	}
 	if id != "" {
-		r.Headers = append(r.Headers, kafkago.Header{Key: "bq-message-id", Value: []byte(id)})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "bq-message-id", Value: []byte(id)})
 	}
 	return r
 }
@@ -124,8 +123,8 @@ func TestKafkaForwardedHeaders(t *testing.T) {
 	})
 	p := h.start()
 	r := kmsg(1, "cust-7", "hdr-1", "")
-	r.Headers = append(r.Headers, kafkago.Header{Key: "x-tenant", Value: []byte("acme")}, kafkago.Header{Key: "x-secret", Value: []byte("no")},
-		kafkago.Header{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")})
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: "x-tenant", Value: []byte("acme")}, kgo.RecordHeader{Key: "x-secret", Value: []byte("no")},
+		kgo.RecordHeader{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")})
 	h.produce(kmsg(1, "cust-7", "hdr-0", ""), r)
 	testutil.Eventually(t, 10*time.Second, "forwarded", func() bool { return p.result(t, "forwarded") == 2 })
 	req := h.app.Requests()[1]
@@ -251,7 +250,7 @@ func TestKafkaPoisonToDeadLetterTopic(t *testing.T) {
 	})
 	p := h.start()
 	poison := kmsg(0, "rk-1", "poison", "")
-	poison.Headers = append(poison.Headers, kafkago.Header{Key: "x-tenant", Value: []byte("acme")})
+	poison.Headers = append(poison.Headers, kgo.RecordHeader{Key: "x-tenant", Value: []byte("acme")})
 	h.produce(kmsg(0, "", "ok-0", ""), poison, kmsg(0, "", "ok-1", ""), kmsg(0, "", "ok-2", ""), kmsg(1, "", "ok-3", ""), kmsg(1, "", "ok-4", ""))
 	testutil.Eventually(t, 15*time.Second, "all settled", func() bool {
 		return p.result(t, "forwarded") == 5 && p.result(t, "dead_lettered") == 1

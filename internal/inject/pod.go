@@ -103,7 +103,7 @@ func sidecar(p params, env *yaml.Node) container {
 		ImagePullPolicy: "IfNotPresent",
 		Args:            []string{"run", "--config", MountPath + "/" + ConfigFile},
 		Ports:           []port{{Name: AdminPortName, ContainerPort: p.adminPort, Protocol: "TCP"}},
-		Env:             env,
+		Env:             withPodName(env),
 		VolumeMounts:    []volumeMount{{Name: VolumeName, MountPath: MountPath, ReadOnly: true}},
 	}
 	if p.native {
@@ -127,6 +127,24 @@ func sidecar(p params, env *yaml.Node) container {
 	c.SecurityContext.Capabilities.Drop = []string{"ALL"}
 	c.SecurityContext.SeccompProfile.Type = "RuntimeDefault"
 	return c
+}
+
+// withPodName adds POD_NAME from the downward API to env (a new list
+// when env is nil) unless it is there: a Kafka source's default
+// group_instance_id, so a restarted container is the same static member.
+func withPodName(env *yaml.Node) *yaml.Node {
+	if env == nil || env.Kind != yaml.SequenceNode {
+		env = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	}
+	for _, e := range env.Content {
+		if str(e, "name") == "POD_NAME" {
+			return env
+		}
+	}
+	var v yaml.Node
+	_ = v.Encode(map[string]any{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]string{"fieldPath": "metadata.name"}}})
+	env.Content = append([]*yaml.Node{&v}, env.Content...)
+	return env
 }
 
 // apply puts the sidecar, its volume, the label and the annotations into

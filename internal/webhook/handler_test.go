@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
@@ -331,7 +332,10 @@ func TestUnroutableIs503(t *testing.T) {
 // bq-message-id, once for two deliveries.
 func TestKafkaSinkOnePublish(t *testing.T) {
 	kc := kafkatest.Start(t, 1, []string{"hooks"})
-	sink := NewKafkaSink(kc.Addrs, "hooks")
+	sink, err := NewKafkaSink(kafka.ProducerOptions{Brokers: kc.Addrs, Topic: "hooks"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = sink.Close() })
 	r := newRig(t, newStore(t, tu.RedisAddr()), sink, nil)
 	body := []byte(`{"k":1}`)

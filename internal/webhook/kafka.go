@@ -8,56 +8,53 @@ import (
 	"net"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 )
 
 // KafkaSink produces events to a topic with acks=all: Publish returns
-// nil only when every in-sync replica has the record. The record key is
-// the event key (one event, one partition) and so is the bq-message-id
-// header.
+// nil only when every in-sync replica has the record. The record key
+// is the event key (one event, one partition) and so is the
+// bq-message-id header. It produces through the Kafka source's
+// producer, with the same TLS and SASL options.
 type KafkaSink struct {
 	brokers []string
-	w       *kafkago.Writer
-	tr      *kafkago.Transport
+	p       *kafka.Producer
 }
 
-// NewKafkaSink returns a sink producing to topic.
-func NewKafkaSink(brokers []string, topic string) *KafkaSink {
-	tr := &kafkago.Transport{DialTimeout: 2 * time.Second}
-	return &KafkaSink{brokers: brokers, tr: tr, w: &kafkago.Writer{
-		Addr:     kafkago.TCP(brokers...),
-		Topic:    topic,
-		Balancer: &kafkago.Hash{},
-		// The default (no acks) reports success for a write to a dead
-		// broker; the sender gets its 2xx only for a stored event.
-		RequiredAcks: kafkago.RequireAll,
-		// A synchronous write waits out BatchTimeout (default 1s).
-		BatchTimeout:    time.Millisecond,
-		MaxAttempts:     3,
-		WriteBackoffMin: 50 * time.Millisecond,
-		WriteBackoffMax: 500 * time.Millisecond,
-		ReadTimeout:     5 * time.Second,
-		WriteTimeout:    5 * time.Second,
-		Transport:       tr,
-	}}
+// NewKafkaSink returns a sink producing to o.Topic; it fails only on
+// settings that can never work (a TLS file that cannot be read).
+func NewKafkaSink(o kafka.ProducerOptions) (*KafkaSink, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.NetworkTimeout <= 0 {
+		o.NetworkTimeout = 2 * time.Second
+	}
+	p, err := kafka.NewProducer(o)
+	if err != nil {
+		return nil, err
+	}
+	return &KafkaSink{brokers: o.Brokers, p: p}, nil
 }
 
 // Publish produces e and waits for acks=all.
 func (s *KafkaSink) Publish(ctx context.Context, e Event) error {
-	hs := make([]kafkago.Header, 0, len(e.Headers)+3)
+	hs := make([]kgo.RecordHeader, 0, len(e.Headers)+3)
 	for k, v := range e.Headers {
 		if k == "content-type" || k == HeaderMessageID || k == HeaderSource {
 			continue
 		}
-		hs = append(hs, kafkago.Header{Key: k, Value: []byte(v)})
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
 	hs = append(hs,
-		kafkago.Header{Key: HeaderMessageID, Value: []byte(e.Key)},
-		kafkago.Header{Key: HeaderSource, Value: []byte(e.Source)})
+		kgo.RecordHeader{Key: HeaderMessageID, Value: []byte(e.Key)},
+		kgo.RecordHeader{Key: HeaderSource, Value: []byte(e.Source)})
 	if e.ContentType != "" {
-		hs = append(hs, kafkago.Header{Key: "content-type", Value: []byte(e.ContentType)})
+		hs = append(hs, kgo.RecordHeader{Key: "content-type", Value: []byte(e.ContentType)})
 	}
-	return s.w.WriteMessages(ctx, kafkago.Message{Key: []byte(e.Key), Value: e.Body, Headers: hs})
+	return s.p.Produce(ctx, &kgo.Record{Key: []byte(e.Key), Value: e.Body, Headers: hs})
 }
 
 // Ready is nil when a broker accepts a connection: a write needs one.
@@ -74,12 +71,11 @@ func (s *KafkaSink) Ready() error {
 	return errors.Join(errs...)
 }
 
-// Close flushes nothing (every write is synchronous) and closes the
-// writer's connections.
+// Close closes the producer's client (every write is synchronous: there
+// is nothing to flush).
 func (s *KafkaSink) Close() error {
-	err := s.w.Close()
-	s.tr.CloseIdleConnections()
-	return err
+	s.p.Close()
+	return nil
 }
 
 func randID() string {

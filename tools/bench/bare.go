@@ -17,7 +17,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The hidden sub-commands that are the bare rows' child processes.
@@ -239,82 +239,120 @@ func bareRabbit(ctx context.Context, o bareOptions, st *bareStats, fwd *forwarde
 
 // bareKafka is a consumer-group member with one goroutine per partition
 // handling its messages in order, and batched commits: every
-// commit-every finished messages of a partition or every commit-interval.
-// It uses kafka-go's ConsumerGroup like the proxy, with the same reader
-// settings.
+// commit-every finished messages or every commit-interval, and on
+// revoke. It is franz-go's goroutine-per-partition example with marked
+// commits, on one client like the proxy, with the same fetch settings.
 func bareKafka(ctx context.Context, o bareOptions, st *bareStats, fwd *forwarder) error {
-	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
-		ID:                o.group,
-		Brokers:           []string{o.brokers},
-		Topics:            []string{o.topic},
-		HeartbeatInterval: time.Second,
-		SessionTimeout:    10 * time.Second,
-		RebalanceTimeout:  30 * time.Second,
-		StartOffset:       kafkago.FirstOffset,
-		Timeout:           5 * time.Second,
-	})
+	var (
+		mu      sync.Mutex
+		workers = map[int32]*bareWorker{}
+		kick    = make(chan struct{}, 1)
+	)
+	stop := func(parts map[string][]int32) {
+		mu.Lock()
+		var ws []*bareWorker
+		for _, ids := range parts {
+			for _, id := range ids {
+				if w := workers[id]; w != nil {
+					ws = append(ws, w)
+					delete(workers, id)
+				}
+			}
+		}
+		mu.Unlock()
+		for _, w := range ws {
+			close(w.quit)
+		}
+		for _, w := range ws {
+			<-w.done
+		}
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(o.brokers),
+		kgo.ConsumerGroup(o.group),
+		kgo.ConsumeTopics(o.topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.HeartbeatInterval(time.Second),
+		kgo.SessionTimeout(10*time.Second),
+		kgo.RebalanceTimeout(30*time.Second),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(250*time.Millisecond),
+		kgo.FetchMaxBytes(1<<20),
+		kgo.FetchMaxPartitionBytes(256<<10),
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(o.interval),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, added map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ids := range added {
+				for _, id := range ids {
+					w := &bareWorker{recs: make(chan []*kgo.Record, 4), quit: make(chan struct{}), done: make(chan struct{})}
+					workers[id] = w
+					go w.run(ctx, cl, o, st, fwd, kick)
+				}
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, gone map[string][]int32) {
+			stop(gone)
+			_ = cl.CommitMarkedOffsets(ctx)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, gone map[string][]int32) { stop(gone) }),
+	)
 	if err != nil {
 		return err
 	}
-	defer cg.Close()
+	defer cl.Close()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+				_ = cl.CommitMarkedOffsets(ctx)
+			}
+		}
+	}()
 	for {
-		gen, err := cg.Next(ctx)
-		if ctx.Err() != nil {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			cl.AllowRebalance()
 			return nil
 		}
-		if err != nil {
-			time.Sleep(200 * time.Millisecond)
-			continue
-		}
-		runGeneration(gen, o, st, fwd)
-	}
-}
-
-type barePartition struct {
-	topic    string
-	id       int
-	start    int64
-	next     atomic.Int64 // offset after the last finished message
-	finished atomic.Int64 // since the last commit
-}
-
-func runGeneration(gen *kafkago.Generation, o bareOptions, st *bareStats, fwd *forwarder) {
-	var parts []*barePartition
-	for topic, as := range gen.Assignments {
-		for _, a := range as {
-			p := &barePartition{topic: topic, id: a.ID, start: a.Offset}
-			p.next.Store(-1)
-			parts = append(parts, p)
-		}
-	}
-	kick := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	wg.Add(len(parts))
-	for _, p := range parts {
-		gen.Start(func(ctx context.Context) {
-			defer wg.Done()
-			r := kafkago.NewReader(kafkago.ReaderConfig{
-				Brokers:       []string{o.brokers},
-				Topic:         p.topic,
-				Partition:     p.id,
-				MinBytes:      1,
-				MaxBytes:      10 << 20,
-				MaxWait:       250 * time.Millisecond,
-				QueueCapacity: 100,
-			})
-			defer r.Close()
-			_ = r.SetOffset(p.start)
-			for {
-				m, err := r.FetchMessage(ctx)
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					time.Sleep(100 * time.Millisecond)
-					continue
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			mu.Lock()
+			w := workers[p.Partition]
+			mu.Unlock()
+			if w != nil && len(p.Records) > 0 {
+				select {
+				case w.recs <- p.Records:
+				case <-ctx.Done():
 				}
+			}
+		})
+		cl.AllowRebalance()
+	}
+}
+
+type bareWorker struct {
+	recs chan []*kgo.Record
+	quit chan struct{}
+	done chan struct{}
+}
+
+func (w *bareWorker) run(ctx context.Context, cl *kgo.Client, o bareOptions, st *bareStats, fwd *forwarder, kick chan struct{}) {
+	defer close(w.done)
+	finished := 0
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-ctx.Done():
+			return
+		case rs := <-w.recs:
+			for _, r := range rs {
 				for fwd != nil {
-					if err := fwd.post(ctx, m.Value, ""); err == nil || ctx.Err() != nil {
+					if err := fwd.post(ctx, r.Value, ""); err == nil || ctx.Err() != nil {
 						break
 					}
 					time.Sleep(100 * time.Millisecond)
@@ -322,55 +360,16 @@ func runGeneration(gen *kafkago.Generation, o bareOptions, st *bareStats, fwd *f
 				if ctx.Err() != nil {
 					return
 				}
-				p.next.Store(m.Offset + 1)
-				st.done(m.Value)
-				if p.finished.Add(1) >= int64(o.every) {
+				cl.MarkCommitRecords(r)
+				st.done(r.Value)
+				if finished++; finished >= o.every {
+					finished = 0
 					select {
 					case kick <- struct{}{}:
 					default:
 					}
 				}
 			}
-		})
+		}
 	}
-	gen.Start(func(ctx context.Context) {
-		t := time.NewTicker(o.interval)
-		defer t.Stop()
-		committed := map[*barePartition]int64{}
-		commit := func() {
-			offsets := map[string]map[int]int64{}
-			for _, p := range parts {
-				if n := p.next.Load(); n >= 0 && n != committed[p] {
-					if offsets[p.topic] == nil {
-						offsets[p.topic] = map[int]int64{}
-					}
-					offsets[p.topic][p.id] = n
-				}
-			}
-			if len(offsets) == 0 {
-				return
-			}
-			if err := gen.CommitOffsets(offsets); err != nil {
-				return
-			}
-			for _, p := range parts {
-				if n, ok := offsets[p.topic][p.id]; ok {
-					committed[p] = n
-					p.finished.Store(0)
-				}
-			}
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				commit()
-				return
-			case <-t.C:
-				commit()
-			case <-kick:
-				commit()
-			}
-		}
-	})
 }

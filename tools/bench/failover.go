@@ -15,7 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The Kafka failover section: how long the app gets nothing when one of
@@ -26,17 +27,21 @@ import (
 //
 //	(a) SIGTERM one member: it commits and leaves; the other takes over
 //	(b) SIGKILL one member: the group notices after session_timeout
-//	(c) SIGKILL one member every 1.5 s, ten times, restarting it each
-//	    time: how long after the last kill until every partition flows
+//	(c) SIGKILL one member every 1.5 s, twenty times, restarting it each
+//	    time with the same instance id: how long after the last kill
+//	    until every partition flows
+//	(d) one member crash-loops for 60 s (SIGKILL 2 s after each start,
+//	    restarted at once with the same instance id)
 //
-// The app records every arrival with its partition (X-Dedupe-Partition).
-// Two figures per scenario: the pause, the longest time no message at all
-// reached the app, and the partition stall, the longest time one
-// partition delivered nothing. With kafka-go's eager rebalancing the
-// survivor keeps its own partitions until the group rebalances, so the
-// pause hides most of a crash: the stall is what the moved partitions
-// waited, and the targets apply to it (it is never shorter than the
-// pause).
+// Each member has its own group_instance_id (POD_NAME, as in a pod), and
+// a restarted member keeps it. The app records every arrival with its
+// partition (X-Dedupe-Partition). Three figures per scenario: the pause,
+// the longest time no message at all reached the app; the partition
+// stall, the longest time one partition delivered nothing; and others,
+// the longest time one of the partitions the other (never signalled)
+// member held before the first signal delivered nothing. A rebalance
+// that stops every partition shows in others; one that moves only what
+// changes owner leaves it at the publish interval.
 
 // failoverKind is one scenario of the section.
 type failoverKind int
@@ -47,7 +52,9 @@ const (
 	failoverBurst
 )
 
-var failoverKinds = []failoverKind{failoverTerm, failoverKill, failoverBurst}
+const failoverLoop failoverKind = 3
+
+var failoverKinds = []failoverKind{failoverTerm, failoverKill, failoverBurst, failoverLoop}
 
 func (k failoverKind) letter() string { return string(rune('a' + int(k))) }
 
@@ -57,13 +64,19 @@ func (k failoverKind) label() string {
 		return "SIGTERM one of two members"
 	case failoverKill:
 		return "SIGKILL one of two members"
+	case failoverLoop:
+		return fmt.Sprintf("one member crash-looping %s", loopFor)
 	}
 	return fmt.Sprintf("SIGKILL every %s, %d times", burstEvery, burstKills)
 }
 
 const (
-	burstKills = 10
+	burstKills = 20
 	burstEvery = 1500 * time.Millisecond
+	// loopFor and loopUp: (d) kills the member loopUp after each start,
+	// for loopFor.
+	loopFor = 60 * time.Second
+	loopUp  = 2 * time.Second
 	// stallGap is what counts as a stall of a partition: at the rates
 	// the section publishes, a partition gets a message every few ms.
 	stallGap = time.Second
@@ -79,12 +92,16 @@ type failoverRow struct {
 	// pause: the longest time without any arrival, from the last one
 	// before the signal; stall: the same per partition, the longest.
 	pause, stall time.Duration
+	// others: the same as stall, over the partitions the member that is
+	// never signalled held before the first signal.
+	others time.Duration
 	// resumed: from the last signal to the end of the last stall of any
 	// partition; steady is false when the window ended before every
 	// partition had flowed for steadyFor since.
 	resumed time.Duration
 	steady  bool
 	target  time.Duration
+	kills   int
 	// exit (a): how long the SIGTERMed member took to exit.
 	exit time.Duration
 	// arrivals in the window, and duplicates among them (a key the app
@@ -218,8 +235,8 @@ func (b *bench) runFailover(ctx context.Context, k failoverKind, s *failoverSect
 		r.target = 3 * time.Second
 	case failoverKill:
 		r.target = s.session + 3*time.Second
-	case failoverBurst:
-		r.target = s.session + s.rebalance
+	case failoverBurst, failoverLoop:
+		r.target = s.session + 3*time.Second
 	}
 	id := fmt.Sprintf("bench-%s-failover-%s", b.runID, k.letter())
 	d, err := b.kafka.newDest(ctx, id)
@@ -249,7 +266,7 @@ func (b *bench) runFailover(ctx context.Context, k failoverKind, s *failoverSect
 	}()
 
 	for i := range run.members {
-		if run.members[i], err = run.start(ctx); err != nil {
+		if run.members[i], err = run.start(ctx, i); err != nil {
 			r.err = err
 			return r
 		}
@@ -259,6 +276,7 @@ func (b *bench) runFailover(ctx context.Context, k failoverKind, s *failoverSect
 		return r
 	}
 	victim := run.members[1]
+	others := run.held(ctx, d.(*kafkaDest).group(), run.instance(0))
 	// signal is the first signal, t0 the last one.
 	signal := time.Now()
 	t0 := signal
@@ -289,7 +307,23 @@ func (b *bench) runFailover(ctx context.Context, k failoverKind, s *failoverSect
 			}
 			t0 = time.Now()
 			run.members[1].kill()
-			if run.members[1], err = run.start(ctx); err != nil {
+			r.kills++
+			if run.members[1], err = run.start(ctx, 1); err != nil {
+				r.err = err
+				return r
+			}
+		}
+		minEnd, maxEnd = t0.Add(s.session+steadyFor), t0.Add(s.session+s.rebalance+steadyFor)
+	case failoverLoop:
+		for time.Since(signal) < loopFor {
+			if !sleepUntil(ctx, time.Now().Add(loopUp)) {
+				r.err = ctx.Err()
+				return r
+			}
+			t0 = time.Now()
+			run.members[1].kill()
+			r.kills++
+			if run.members[1], err = run.start(ctx, 1); err != nil {
 				r.err = err
 				return r
 			}
@@ -332,6 +366,7 @@ func (b *bench) runFailover(ctx context.Context, k failoverKind, s *failoverSect
 		seen[key] = true
 	}
 	r.pause, r.stall = gaps(at, par, signal, end, s.partitions)
+	r.others = stallOf(at, par, signal, end, others)
 	last, ok := lastStallEnd(at, par, t0, s.partitions)
 	r.steady = ok && end.Sub(last) >= steadyFor
 	r.resumed = last.Sub(t0)
@@ -375,6 +410,33 @@ func gaps(at []time.Time, par []int, t0, end time.Time, partitions int) (pause, 
 		}
 	}
 	return pause, stall
+}
+
+// stallOf is the longest time over [t0, end] that one of parts had no
+// arrival; a gap that spans t0 counts from the last arrival before it.
+func stallOf(at []time.Time, par []int, t0, end time.Time, parts []int) time.Duration {
+	last := map[int]time.Time{}
+	for _, p := range parts {
+		last[p] = time.Time{}
+	}
+	var stall time.Duration
+	for i, t := range at {
+		l, ok := last[par[i]]
+		if !ok {
+			continue
+		}
+		if !t.Before(t0) && !l.IsZero() {
+			stall = max(stall, t.Sub(l))
+		}
+		last[par[i]] = t
+	}
+	for _, l := range last {
+		if l.IsZero() {
+			l = t0
+		}
+		stall = max(stall, end.Sub(l))
+	}
+	return stall
 }
 
 // lastStallEnd is when the last stall (a gap over stallGap) of any
@@ -434,8 +496,12 @@ func (run *failoverRun) publish(ctx context.Context, d *kafkaDest) error {
 	return p.close()
 }
 
-// start starts one more member process.
-func (run *failoverRun) start(ctx context.Context) (*child, error) {
+// instance is member i's group_instance_id, the same across its
+// restarts, as a pod's name is across container restarts.
+func (run *failoverRun) instance(i int) string { return fmt.Sprintf("%s-pod%d", run.id, i) }
+
+// start starts member i (again).
+func (run *failoverRun) start(ctx context.Context, i int) (*child, error) {
 	b := run.b
 	run.starts++
 	name := fmt.Sprintf("%s-m%d", run.id, run.starts)
@@ -475,7 +541,7 @@ sources:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	return startChild(ctx, b.o.proxy, []string{"run", "--config", cfgPath}, nil, admin, filepath.Join(b.dir, name+".log"), true)
+	return startChild(ctx, b.o.proxy, []string{"run", "--config", cfgPath}, []string{"POD_NAME=" + run.instance(i)}, admin, filepath.Join(b.dir, name+".log"), true)
 }
 
 // waitSteady waits until the group is stable with both members holding
@@ -508,21 +574,56 @@ func (run *failoverRun) waitSteady(ctx context.Context, group string) error {
 	}
 }
 
-func (run *failoverRun) bothAssigned(ctx context.Context, group string) bool {
-	resp, err := run.b.kafka.client.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{group}})
-	if err != nil || len(resp.Groups) != 1 || resp.Groups[0].Error != nil {
-		return false
+// held returns the partitions the member with instance id holds, as
+// the group describes them now.
+func (run *failoverRun) held(ctx context.Context, group, instance string) []int {
+	members, ok := run.describe(ctx, group)
+	if !ok {
+		return nil
+	}
+	return members[instance]
+}
+
+// describe returns the partitions each member holds, by instance id
+// (member id when it has none); false unless the group is stable.
+func (run *failoverRun) describe(ctx context.Context, group string) (map[string][]int, bool) {
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, run.b.kafka.client)
+	if err != nil || len(resp.Groups) != 1 || kerr.ErrorForCode(resp.Groups[0].ErrorCode) != nil {
+		return nil, false
 	}
 	g := resp.Groups[0]
-	if g.GroupState != "Stable" || len(g.Members) != 2 {
+	if g.State != "Stable" {
+		return nil, false
+	}
+	out := map[string][]int{}
+	for _, m := range g.Members {
+		var a kmsg.ConsumerMemberAssignment
+		if err := a.ReadFrom(m.MemberAssignment); err != nil {
+			return nil, false
+		}
+		name := m.MemberID
+		if m.InstanceID != nil {
+			name = *m.InstanceID
+		}
+		out[name] = nil
+		for _, t := range a.Topics {
+			for _, p := range t.Partitions {
+				out[name] = append(out[name], int(p))
+			}
+		}
+	}
+	return out, true
+}
+
+func (run *failoverRun) bothAssigned(ctx context.Context, group string) bool {
+	members, ok := run.describe(ctx, group)
+	if !ok || len(members) != 2 {
 		return false
 	}
-	for _, m := range g.Members {
-		n := 0
-		for _, t := range m.MemberAssignments.Topics {
-			n += len(t.Partitions)
-		}
-		if n == 0 {
+	for _, ps := range members {
+		if len(ps) == 0 {
 			return false
 		}
 	}
@@ -569,45 +670,61 @@ func (c *child) kill() {
 
 func (s *failoverSection) print(w io.Writer) {
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Kafka failover (kfake, %d partitions, two proxy processes in one group, %d msgs/s published):\n", s.partitions, s.rate)
+	fmt.Fprintf(w, "Kafka failover (kfake, %d partitions, two proxy processes in one group, static members, %d msgs/s published):\n", s.partitions, s.rate)
 	if s.missing != "" {
 		fmt.Fprintln(w, "  "+s.missing)
 		return
 	}
 	fmt.Fprintf(w, "  session_timeout %s, heartbeat_interval %s, rebalance_timeout %s, seenset.lease %s\n",
 		s.session, s.heartbeat, s.rebalance, s.lease)
-	const head = "  %-36s %9s %9s %9s %9s   %-10s %s\n"
-	fmt.Fprintf(w, head, "", "pause", "partition", "resumed", "member", "target", "")
-	fmt.Fprintf(w, head, "", "(no msg)", "stall", "after", "exit", "(stall)", "")
+	const head = "  %-36s %9s %9s %9s %9s %9s   %-22s %s\n"
+	fmt.Fprintf(w, head, "", "pause", "partition", "others", "resumed", "member", "target", "")
+	fmt.Fprintf(w, head, "", "(no msg)", "stall", "stall", "after", "exit", "", "")
 	for _, r := range s.rows {
 		name := fmt.Sprintf("(%s) %s", r.kind.letter(), r.kind.label())
 		if r.err != nil {
 			fmt.Fprintf(w, "  %-36s error: %v\n", name, r.err)
 			continue
 		}
-		got := r.stall
 		resumed, exit := "-", "-"
-		if r.kind == failoverBurst {
-			got = r.resumed
+		ok := r.steady
+		var target string
+		switch r.kind {
+		case failoverTerm, failoverKill:
+			// The moved partitions within the target, the others never
+			// stopped.
+			ok = ok && r.stall <= r.target && r.others <= stallGap
+			target = fmt.Sprintf("stall ≤ %s, others ≤ %s", secs(r.target), secs(stallGap))
+		case failoverBurst:
 			resumed = secs(r.resumed)
+			ok = ok && r.resumed <= r.target
+			target = fmt.Sprintf("resumed ≤ %s", secs(r.target))
+		case failoverLoop:
+			resumed = secs(r.resumed)
+			ok = ok && r.others <= stallGap && r.resumed <= r.target
+			target = fmt.Sprintf("others ≤ %s, resumed ≤ %s", secs(stallGap), secs(r.target))
 		}
 		if r.exit > 0 {
 			exit = secs(r.exit)
 		}
 		verdict := "MISS"
-		if got <= r.target && r.steady {
+		if ok {
 			verdict = "ok"
 		}
 		if !r.steady {
 			verdict += " (not steady at the end of the window)"
 		}
-		fmt.Fprintf(w, head, name, secs(r.pause), secs(r.stall), resumed, exit, "≤ "+secs(r.target), verdict)
+		if r.kills > 0 {
+			verdict += fmt.Sprintf(" [%d kills]", r.kills)
+		}
+		fmt.Fprintf(w, head, name, secs(r.pause), secs(r.stall), secs(r.others), resumed, exit, target, verdict)
 	}
 	fmt.Fprintln(w, "  pause: the longest time no message reached the app, from the last arrival before the signal;")
-	fmt.Fprintln(w, "  partition stall: the longest time one partition delivered nothing (the target of (a) and (b));")
-	fmt.Fprintf(w, "  resumed after (c): from the last kill to the end of the last stall over %s of any partition\n", stallGap)
-	fmt.Fprintf(w, "  (the target of (c)); steady: every partition then flowed for %s. The kills of (c) restart the\n", steadyFor)
-	fmt.Fprintln(w, "  member at once; (c)'s pause and stall span the whole burst.")
+	fmt.Fprintln(w, "  partition stall: the longest time one partition delivered nothing;")
+	fmt.Fprintln(w, "  others stall: the same over the partitions the never-signalled member held before the first signal")
+	fmt.Fprintf(w, "  (a publish interval when they never stopped); resumed after (c), (d): from the last kill to the end of\n")
+	fmt.Fprintf(w, "  the last stall over %s of any partition; steady: every partition then flowed for %s. The kills of\n", stallGap, steadyFor)
+	fmt.Fprintln(w, "  (c) and (d) restart the member at once with its instance id; their pause and stall span the kills.")
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }

@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // kafkaBroker is kfake, franz-go's in-process Kafka, speaking the real
@@ -21,7 +23,7 @@ type kafkaBroker struct {
 	o       options
 	cluster *kfake.Cluster
 	addr    string
-	client  *kafkago.Client
+	client  *kgo.Client
 }
 
 // measureKafka runs the Kafka rows, or says why it cannot.
@@ -88,26 +90,34 @@ func startKafka(o options) (*kafkaBroker, error) {
 		c.Close()
 		return nil, errors.New("kfake has no listener")
 	}
-	return &kafkaBroker{o: o, cluster: c, addr: addrs[0],
-		client: &kafkago.Client{Addr: kafkago.TCP(addrs[0]), Timeout: 10 * time.Second}}, nil
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs[0]))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &kafkaBroker{o: o, cluster: c, addr: addrs[0], client: cl}, nil
 }
 
 func (k *kafkaBroker) name() string  { return "Kafka (kfake)" }
 func (k *kafkaBroker) short() string { return "kafka" }
-func (k *kafkaBroker) close()        { k.cluster.Close() }
+func (k *kafkaBroker) close()        { k.client.Close(); k.cluster.Close() }
 
 // serverPID is 0: kfake runs inside this process.
 func (k *kafkaBroker) serverPID() int { return 0 }
 
 func (k *kafkaBroker) newDest(ctx context.Context, id string) (dest, error) {
-	resp, err := k.client.CreateTopics(ctx, &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{
-		{Topic: id, NumPartitions: k.o.partitions, ReplicationFactor: 1},
-	}})
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = id, int32(k.o.partitions), 1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, k.client)
 	if err != nil {
 		return nil, err
 	}
-	if err := resp.Errors[id]; err != nil {
-		return nil, err
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return nil, fmt.Errorf("create topic %s: %w", t.Topic, err)
+		}
 	}
 	return &kafkaDest{k: k, topic: id}, nil
 }
@@ -131,7 +141,12 @@ func (d *kafkaDest) order() string {
 func (d *kafkaDest) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _ = d.k.client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: []string{d.topic}})
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TopicNames = []string{d.topic}
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(d.topic)
+	req.Topics = append(req.Topics, rt)
+	_, _ = req.RequestWith(ctx, d.k.client)
 }
 
 // inflightBound: with partition ordering (the default) a partition hands
@@ -166,67 +181,69 @@ func (d *kafkaDest) bareArgs() []string {
 		"-commit-every", "500", "-commit-interval", "1s"}
 }
 
-// writer hashes the record key (the message key) to the partition, so a
-// duplicate lands behind its original in the same partition.
-func (d *kafkaDest) writer(async bool) *kafkago.Writer {
-	return &kafkago.Writer{
-		Addr:         kafkago.TCP(d.k.addr),
-		Topic:        d.topic,
-		Balancer:     &kafkago.Hash{},
-		BatchSize:    1000,
-		BatchBytes:   16 << 20,
-		BatchTimeout: time.Millisecond,
-		RequiredAcks: kafkago.RequireAll,
-		Async:        async,
-	}
+// producer hashes the record key (the message key) to the partition,
+// so a duplicate lands behind its original in the same partition.
+func (d *kafkaDest) producer() (*kgo.Client, error) {
+	return kgo.NewClient(kgo.SeedBrokers(d.k.addr), kgo.DefaultProduceTopic(d.topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(time.Millisecond),
+		kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(100000))
 }
 
 func (d *kafkaDest) publish(ctx context.Context, n int, key func(int) string, body func(int64, string) []byte) error {
-	w := d.writer(false)
+	w, err := d.producer()
+	if err != nil {
+		return err
+	}
 	defer w.Close()
 	ts := nowNanos()
 	const chunk = 5000
-	msgs := make([]kafkago.Message, 0, chunk)
+	recs := make([]*kgo.Record, 0, chunk)
 	for i := range n {
 		k := key(i)
-		msgs = append(msgs, kafkago.Message{Key: []byte(k), Value: body(ts, k)})
-		if len(msgs) == chunk || i == n-1 {
-			if err := w.WriteMessages(ctx, msgs...); err != nil {
+		recs = append(recs, &kgo.Record{Key: []byte(k), Value: body(ts, k)})
+		if len(recs) == chunk || i == n-1 {
+			if err := w.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 				return err
 			}
-			msgs = msgs[:0]
+			recs = recs[:0]
 		}
 	}
 	return nil
 }
 
 func (d *kafkaDest) pacer(context.Context) (pacer, error) {
-	p := &kafkaPacer{}
-	p.w = d.writer(true)
-	p.w.Completion = func(_ []kafkago.Message, err error) {
-		if err != nil {
-			p.mu.Lock()
-			p.err = errors.Join(p.err, err)
-			p.mu.Unlock()
-		}
+	w, err := d.producer()
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
+	return &kafkaPacer{w: w}, nil
 }
 
-// kafkaPacer writes asynchronously, one message per send, batched by the
-// writer for at most 1 ms: the same small publish delay for every row.
+// kafkaPacer produces asynchronously, one message per send, batched by
+// the client for at most 1 ms: the same small publish delay for every
+// row.
 type kafkaPacer struct {
-	w   *kafkago.Writer
+	w   *kgo.Client
 	mu  sync.Mutex
 	err error
 }
 
 func (p *kafkaPacer) send(key string, body []byte) error {
-	return p.w.WriteMessages(context.Background(), kafkago.Message{Key: []byte(key), Value: body})
+	p.w.Produce(context.Background(), &kgo.Record{Key: []byte(key), Value: body}, func(_ *kgo.Record, err error) {
+		if err != nil {
+			p.mu.Lock()
+			p.err = errors.Join(p.err, err)
+			p.mu.Unlock()
+		}
+	})
+	return nil
 }
 
 func (p *kafkaPacer) close() error {
-	err := p.w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := p.w.Flush(ctx)
+	p.w.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return errors.Join(err, p.err)

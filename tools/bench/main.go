@@ -47,7 +47,8 @@
 // alone.
 //
 // Then the Kafka failover section (failover.go): how long partitions
-// stall when one of two proxies is stopped, killed, or killed in a burst;
+// stall when one of two proxies is stopped, killed, killed in a burst or
+// crash-looping;
 // -only failover runs it alone, -only rows and -only webhook skip it.
 //
 // Machines are shared and noisy: compare the ratios printed under the
@@ -151,7 +152,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.whN, "webhook-n", 10000, "webhook rows: requests in the burst")
 	fs.IntVar(&o.whSenders, "webhook-senders", 32, "webhook rows: concurrent senders in the burst")
 	fs.IntVar(&o.whRate, "webhook-rate", 0, "webhook rows: the fixed rate after the burst, req/s (0: half the bare handler's req/s)")
-	fs.StringVar(&o.foWhich, "failover", "abc", "failover section: the scenarios to run, (a) SIGTERM, (b) SIGKILL, (c) a burst of SIGKILLs")
+	fs.StringVar(&o.foWhich, "failover", "abcd", "failover section: the scenarios to run, (a) SIGTERM, (b) SIGKILL, (c) a burst of SIGKILLs, (d) a member crash-looping")
 	fs.DurationVar(&o.foWindow, "failover-window", 0, "failover section: the longest wait after the last signal for every partition to flow (0: session_timeout + rebalance_timeout + 5s)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the configs and child logs (their directory is printed to stderr)")
 	fs.IntVar(&o.foRate, "failover-rate", 500, "failover section: publish rate, msgs/s")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
 )
@@ -55,35 +55,32 @@ func (e *kafkaEnv) sourceYAML() string {
 // by a different string, so its duplicates race their originals on other
 // partitions (two producers with different partitioners).
 func (e *kafkaEnv) publisher(t *testing.T, alt bool) func([][]byte) {
-	tr := &kafkago.Transport{}
-	w := &kafkago.Writer{
-		Addr:         kafkago.TCP(e.cluster.Addrs...),
-		Topic:        e.topic,
-		Balancer:     &kafkago.Hash{},
-		RequiredAcks: kafkago.RequireAll,
-		BatchTimeout: time.Millisecond,
-		BatchSize:    200,
-		Transport:    tr,
+	// The default partitioner hashes the record key: the same key, the
+	// same partition.
+	w, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.Addrs...), kgo.DefaultProduceTopic(e.topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = w.Close(); tr.CloseIdleConnections() })
+	t.Cleanup(w.Close)
 	return func(bodies [][]byte) {
 		if len(bodies) == 0 {
 			return
 		}
-		msgs := make([]kafkago.Message, len(bodies))
-		for i, b := range bodies {
-			var env struct{ Meta struct{ ID string } }
-			_ = json.Unmarshal(b, &env)
-			key := env.Meta.ID
-			if alt {
-				key = "alt/" + key
-			}
-			msgs[i] = kafkago.Message{Key: []byte(key), Value: b,
-				Headers: []kafkago.Header{{Key: "bq-message-id", Value: []byte(env.Meta.ID)}}}
-		}
 		for try := 0; ; try++ {
+			recs := make([]*kgo.Record, len(bodies))
+			for i, b := range bodies {
+				var env struct{ Meta struct{ ID string } }
+				_ = json.Unmarshal(b, &env)
+				key := env.Meta.ID
+				if alt {
+					key = "alt/" + key
+				}
+				recs[i] = &kgo.Record{Key: []byte(key), Value: b,
+					Headers: []kgo.RecordHeader{{Key: "bq-message-id", Value: []byte(env.Meta.ID)}}}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := w.WriteMessages(ctx, msgs...)
+			err := w.ProduceSync(ctx, recs...).FirstErr()
 			cancel()
 			if err == nil {
 				return
@@ -103,22 +100,14 @@ func (e *kafkaEnv) cut() { e.cluster.Cut() }
 
 func (e *kafkaEnv) pending(t *testing.T) int {
 	committed := e.cluster.Committed(t, e.group, e.topic, kafkaPartitions)
+	ends := e.cluster.EndOffsets(t, e.topic, kafkaPartitions)
 	left := 0
 	for p := range kafkaPartitions {
-		conn, err := kafkago.DialLeader(context.Background(), "tcp", e.cluster.Addrs[0], e.topic, p)
-		if err != nil {
-			t.Fatalf("dial partition %d: %v", p, err)
-		}
-		end, err := conn.ReadLastOffset()
-		conn.Close()
-		if err != nil {
-			t.Fatalf("end offset of partition %d: %v", p, err)
-		}
 		c := committed[p]
 		if c < 0 {
 			c = 0
 		}
-		left += int(end - c)
+		left += int(ends[p] - c)
 	}
 	return left
 }

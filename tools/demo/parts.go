@@ -11,7 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 const (
@@ -280,22 +280,19 @@ func (b *kafkaBroker) source() string {
 // publish keys each record by its envelope's id, so a duplicate lands in
 // the partition of its original, as a keyed producer's would.
 func (b *kafkaBroker) publish(bodies [][]byte) error {
-	w := &kafkago.Writer{
-		Addr:         kafkago.TCP(b.k.addrs...),
-		Topic:        b.topic,
-		Balancer:     &kafkago.Hash{},
-		RequiredAcks: kafkago.RequireAll,
-		BatchSize:    500,
-		BatchTimeout: time.Millisecond,
+	w, err := kgo.NewClient(kgo.SeedBrokers(b.k.addrs...), kgo.DefaultProduceTopic(b.topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("publish: %w", err)
 	}
 	defer w.Close()
-	msgs := make([]kafkago.Message, len(bodies))
+	recs := make([]*kgo.Record, len(bodies))
 	for i, body := range bodies {
-		msgs[i] = kafkago.Message{Key: []byte(envelopeID(body)), Value: body}
+		recs[i] = &kgo.Record{Key: []byte(envelopeID(body)), Value: body}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
+	if err := w.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
 	return nil

@@ -153,11 +153,22 @@ One env var from an existing Secret: (list NAME REF) with REF {secretName, key}.
 {{- end }}
 
 {{/*
-The proxy's environment: credentials from existing Secrets, named after the
-config field they override (DEDUPE_PROXY_ + the path in upper case, '.' and
-list indices as '_'), then proxy.env.
+The proxy's environment: POD_NAME from the downward API, credentials from
+existing Secrets, named after the config field they override (DEDUPE_PROXY_ +
+the path in upper case, '.' and list indices as '_'), then proxy.env.
 */}}
 {{- define "dedupe-proxy.proxyEnv" -}}
+{{- /* POD_NAME is a Kafka source's default group_instance_id: a restarted container is the same static member. proxy.env may set it instead. */}}
+{{- $ownPod := false }}
+{{- range .Values.proxy.env | default list }}
+{{- if eq (toString .name) "POD_NAME" }}{{ $ownPod = true }}{{ end }}
+{{- end }}
+{{- if not $ownPod }}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}
 {{- $c := .Values.credentials }}
 {{- range $field, $var := dict "redisPassword" "DEDUPE_PROXY_SEENSET_REDIS_PASSWORD" "redisUsername" "DEDUPE_PROXY_SEENSET_REDIS_USERNAME" "redisSentinelPassword" "DEDUPE_PROXY_SEENSET_REDIS_SENTINEL_PASSWORD" "redisSentinelUsername" "DEDUPE_PROXY_SEENSET_REDIS_SENTINEL_USERNAME" "adminToken" "DEDUPE_PROXY_ADMIN_TOKEN" "appUrl" "DEDUPE_PROXY_APP_URL" "appHealthUrl" "DEDUPE_PROXY_APP_HEALTH_URL" }}
 {{- $ref := index $c $field }}

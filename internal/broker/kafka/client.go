@@ -8,5 +8,5 @@ import (
 // that consumes nothing, for requests of its own (dedupe-proxy doctor
 // asks for topic metadata and the group's state). The caller closes it.
 func (s *Source) Client() (*kgo.Client, error) {
-	return kgo.NewClient(s.kgoOpts()...)
+	return kgo.NewClient(s.baseOpts()...)
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/brokertest"
@@ -74,10 +74,10 @@ func (d *destination) Publish(t *testing.T, msgs ...brokertest.Message) {
 			recs[i].Key = []byte(m.Key)
 		}
 		if m.ContentType != "" {
-			recs[i].Headers = append(recs[i].Headers, kafkago.Header{Key: "content-type", Value: []byte(m.ContentType)})
+			recs[i].Headers = append(recs[i].Headers, kgo.RecordHeader{Key: "content-type", Value: []byte(m.ContentType)})
 		}
 		for k, v := range m.Headers {
-			recs[i].Headers = append(recs[i].Headers, kafkago.Header{Key: k, Value: []byte(v)})
+			recs[i].Headers = append(recs[i].Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
 	}
 	d.c.Produce(t, "orders", recs...)
@@ -85,11 +85,22 @@ func (d *destination) Publish(t *testing.T, msgs ...brokertest.Message) {
 
 func (d *destination) Cut(*testing.T) { d.c.Cut() }
 
-// Revoke joins a second member: the rebalance ends every member's
-// generation. The newcomer settles nothing: it gives back whatever it is
-// handed once it loses it or the test ends.
+// Revoke joins a second member that speaks only range: the group agrees
+// on range, rebalances eagerly, and every member's partitions are
+// revoked. (A cooperative-sticky newcomer would leave the one partition
+// with its owner: nothing would be revoked.) The newcomer settles
+// nothing: it gives back whatever it is handed once it loses it or the
+// test ends.
 func (d *destination) Revoke(t *testing.T) {
-	s := d.NewSource(t, brokertest.SourceOptions{Name: "intruder"})
+	opts := options(d.c, "orders")
+	opts.Name = "intruder"
+	opts.Group = d.group
+	opts.Ordering = d.ordering
+	opts.Balancers = []string{kafka.BalancerRange}
+	s, err := kafka.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

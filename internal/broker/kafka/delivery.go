@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 )
@@ -25,20 +25,20 @@ const (
 
 type delivery struct {
 	p     *partition
-	m     kafkago.Message
+	r     *kgo.Record
 	msg   broker.Message
 	lost  <-chan struct{}
 	state atomic.Int32
 	held  atomic.Bool
 }
 
-func (p *partition) newDelivery(ctx context.Context, m kafkago.Message, redelivered bool) *delivery {
+func (p *partition) newDelivery(r *kgo.Record, lost <-chan struct{}, redelivered bool) *delivery {
 	var headers map[string]string
 	contentType := ""
-	if len(m.Headers) > 0 {
-		headers = make(map[string]string, len(m.Headers))
+	if len(r.Headers) > 0 {
+		headers = make(map[string]string, len(r.Headers))
 		// A repeated header: the last one wins, as in Java's lastHeader.
-		for _, h := range m.Headers {
+		for _, h := range r.Headers {
 			headers[h.Key] = string(h.Value)
 			if strings.EqualFold(h.Key, "content-type") {
 				contentType = string(h.Value)
@@ -47,18 +47,18 @@ func (p *partition) newDelivery(ctx context.Context, m kafkago.Message, redelive
 	}
 	return &delivery{
 		p:    p,
-		m:    m,
-		lost: ctx.Done(),
+		r:    r,
+		lost: lost,
 		msg: broker.Message{
-			Body:        m.Value,
+			Body:        r.Value,
 			ContentType: contentType,
 			Headers:     headers,
-			RecordKey:   m.Key,
+			RecordKey:   r.Key,
 			Source:      p.s.o.Name,
 			Kind:        "kafka",
-			Topic:       m.Topic,
-			Partition:   m.Partition,
-			Offset:      m.Offset,
+			Topic:       r.Topic,
+			Partition:   int(r.Partition),
+			Offset:      r.Offset,
 			Redelivered: redelivered,
 			Received:    time.Now(),
 		},
@@ -73,7 +73,8 @@ func (d *delivery) finished() bool {
 	return st == stateAcked || st == stateDeadLettered
 }
 
-// Lost is closed when the partition is revoked or the source stops.
+// Lost is closed when the partition is revoked or lost, the source stops,
+// or the link to the brokers broke.
 func (d *delivery) Lost() <-chan struct{} { return d.lost }
 
 // Ack finishes the message: the partition may commit past it.
@@ -81,7 +82,7 @@ func (d *delivery) Ack(context.Context) error {
 	if !d.state.CompareAndSwap(statePending, stateAcked) {
 		return broker.ErrAlreadySettled
 	}
-	d.p.finish(d.m.Offset)
+	d.p.finish(d.r.Offset)
 	return nil
 }
 
@@ -104,25 +105,23 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 		return broker.ErrAlreadySettled
 	}
 	s := d.p.s
-	if s.writer == nil {
+	if s.o.DeadLetterTopic == "" {
 		d.state.Store(statePending)
 		if d.held.CompareAndSwap(false, true) {
-			d.p.hold(d.m.Offset, info.Reason, nil)
+			d.p.hold(d.r.Offset, info.Reason, nil)
 		}
 		return broker.ErrNoDeadLetter
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.o.DeadLetterTimeout)
-	defer cancel()
-	if err := s.writer.WriteMessages(ctx, d.deadLetterMessage(info)); err != nil {
+	if err := produceSync(ctx, d.p.cl, s.o.DeadLetterTimeout, d.deadLetterRecord(info)); err != nil {
 		d.state.Store(statePending)
 		err = fmt.Errorf("produce dead letter to topic %q: %w", s.o.DeadLetterTopic, err)
 		if d.held.CompareAndSwap(false, true) {
-			d.p.hold(d.m.Offset, info.Reason, err)
+			d.p.hold(d.r.Offset, info.Reason, err)
 		}
 		return err
 	}
 	d.state.Store(stateDeadLettered)
-	d.p.finish(d.m.Offset)
+	d.p.finish(d.r.Offset)
 	return nil
 }
 
@@ -142,22 +141,26 @@ var ownHeaders = map[string]bool{
 // deadLetterMessage keeps the original key, value and headers and adds why
 // it failed and where it came from; reason headers of an earlier dead
 // letter (a redriven message) are replaced, not repeated.
-func (d *delivery) deadLetterMessage(info broker.DeadLetterInfo) kafkago.Message {
-	hs := make([]kafkago.Header, 0, len(d.m.Headers)+9)
-	for _, h := range d.m.Headers {
+//
+// The record keeps the original key, and the client's default partitioner
+// hashes it: the same key lands in the same dead-letter partition, so a
+// redrive keeps the order of a key's failures.
+func (d *delivery) deadLetterRecord(info broker.DeadLetterInfo) *kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, len(d.r.Headers)+9)
+	for _, h := range d.r.Headers {
 		if !ownHeaders[strings.ToLower(h.Key)] {
 			hs = append(hs, h)
 		}
 	}
-	add := func(k, v string) { hs = append(hs, kafkago.Header{Key: k, Value: []byte(v)}) }
+	add := func(k, v string) { hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
 	add(broker.HeaderReason, info.Reason)
 	add(broker.HeaderLastStatus, strconv.Itoa(info.LastStatus))
 	add(broker.HeaderLastError, info.LastError)
 	add(broker.HeaderAttempts, strconv.Itoa(info.Attempts))
 	add(broker.HeaderSource, d.p.s.o.Name)
-	add(broker.HeaderOriginalTopic, d.m.Topic)
-	add(broker.HeaderOriginalPart, strconv.Itoa(d.m.Partition))
-	add(broker.HeaderOriginalOffset, strconv.FormatInt(d.m.Offset, 10))
+	add(broker.HeaderOriginalTopic, d.r.Topic)
+	add(broker.HeaderOriginalPart, strconv.Itoa(int(d.r.Partition)))
+	add(broker.HeaderOriginalOffset, strconv.FormatInt(d.r.Offset, 10))
 	add(broker.HeaderDeadLetteredAt, time.Now().UTC().Format(time.RFC3339Nano))
-	return kafkago.Message{Key: d.m.Key, Value: d.m.Value, Headers: hs}
+	return &kgo.Record{Topic: d.p.s.o.DeadLetterTopic, Key: d.r.Key, Value: d.r.Value, Headers: hs}
 }

@@ -2,12 +2,13 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -23,194 +24,211 @@ const (
 	IsolationReadUncommitted = "read_uncommitted"
 )
 
-// reader fetches one assigned partition with franz-go's kgo client.
-// kafka-go's Reader reads the aborted-transaction list of a fetch response
-// and throws it away, and hands out the commit/abort markers as records: a
-// read_committed consumer built on it would deliver aborted payments and
-// empty messages. kgo filters both. Group membership and commits stay
-// with kafka-go: this client never joins a group, it consumes exactly the
-// one partition from exactly the offset the generation assigned.
-type reader struct {
-	cl *kgo.Client
-	// buf holds records polled and not yet handed out; hwm is the high
-	// watermark of the fetch they came in.
-	buf []*kgo.Record
-	hwm int64
-	max int
-}
-
-// newReader starts fetching p from p.start. One client per partition
-// keeps a revocation, a fetch failure and the read-ahead bound a matter
-// of that partition alone, as with one kafka-go Reader each before.
-func (p *partition) newReader() (*reader, error) {
-	s := p.s
-	var at kgo.Offset
-	switch p.start {
-	case kafkago.FirstOffset:
-		at = kgo.NewOffset().AtStart()
-	case kafkago.LastOffset:
-		at = kgo.NewOffset().AtEnd()
-	default:
-		at = kgo.NewOffset().At(p.start)
-	}
-	opts := append(s.kgoOpts(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{p.topic: {int32(p.id): at}}),
-		kgo.WithHooks(&fetchHook{p: p}),
-	)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &reader{cl: cl, hwm: -1, max: max(s.o.BatchSize, 1)}, nil
-}
-
-// kgoOpts are the client options every partition reader shares.
-func (s *Source) kgoOpts() []kgo.Opt {
-	level := kgo.ReadCommitted()
-	if s.o.IsolationLevel == IsolationReadUncommitted {
-		level = kgo.ReadUncommitted()
-	}
-	// From 100ms, as the kafka-go reader retried: a cut connection is
-	// usually back at once.
-	backoff := func(tries int) time.Duration {
-		d := min(100*time.Millisecond, s.o.RetryBackoff)
-		for i := 1; i < tries && d < s.o.RetryBackoffMax; i++ {
-			d *= 2
+// poll hands every fetched record to its partition's queue until ctx
+// ends. Handing over only appends (a full partition is paused, never
+// waited for), so the loop always drains what the client buffered and
+// one slow partition never holds up the fetches of the others.
+func (s *Source) poll(ctx context.Context, cl *kgo.Client) {
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			cl.AllowRebalance()
+			return
 		}
-		return min(d, s.o.RetryBackoffMax)
-	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(s.o.Brokers...),
-		kgo.ClientID(s.o.ClientID),
-		kgo.DialTimeout(s.o.NetworkTimeout),
-		kgo.RetryBackoffFn(backoff),
-		// A moved leader is found again within a second, not kgo's 5s.
-		kgo.MetadataMinAge(time.Second),
-		kgo.FetchIsolationLevel(level),
-		kgo.FetchMaxWait(s.o.FetchMaxWait),
-		// kgo issues a partition's next fetch only once the previous
-		// response was polled completely, so at most one response waits
-		// per partition; 256 KiB keeps a sidecar's memory small with many
-		// partitions (peak RSS with six, make bench: 74 MiB at 10 MiB,
-		// 51 MiB at 1 MiB, 34 MiB at 256 KiB, no slower) and still holds
-		// hundreds of envelopes. A larger record still arrives: the broker
-		// returns the first batch whatever its size.
-		kgo.FetchMaxBytes(256 << 10),
-		kgo.FetchMaxPartitionBytes(256 << 10),
-		// A committed offset below the log start (retention passed it)
-		// resumes at the log start, as kafka-go's reader did.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// One partition per client gains nothing from a fetch session,
-		// and each would take one of the broker's session cache slots,
-		// evicting other consumers' sessions.
-		kgo.DisableFetchSessions(),
-		kgo.DisableClientMetrics(),
-		kgo.WithLogger(kgoLogger{s.log}),
-	}
-	if s.tls != nil {
-		opts = append(opts, kgo.DialTLSConfig(s.tls))
-	}
-	if s.kgoSASL != nil {
-		opts = append(opts, kgo.SASL(s.kgoSASL))
-	}
-	return opts
-}
-
-// next returns the next record of the partition and the high watermark of
-// its fetch, waiting for one; an error is a failed fetch (kgo keeps
-// retrying on its own) or ctx's.
-func (r *reader) next(ctx context.Context) (kafkago.Message, int64, error) {
-	for len(r.buf) == 0 {
-		// Polling at most max records leaves the rest of the response in
-		// kgo, which does not fetch again until it is drained: the
-		// partition never reads further ahead than one response.
-		fs := r.cl.PollRecords(ctx, r.max)
-		if err := ctx.Err(); err != nil {
-			return kafkago.Message{}, 0, err
-		}
-		var ferr error
-		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if fp.Err != nil && ferr == nil {
-				ferr = fmt.Errorf("%s[%d]: %w", fp.Topic, fp.Partition, fp.Err)
+		fs.EachError(func(topic string, part int32, err error) {
+			var session *kgo.ErrGroupSession
+			switch {
+			case errors.Is(err, context.Canceled):
+			case errors.As(err, &session):
+				// Reported by the group hook; the partitions were
+				// lost and the client re-joins.
+			default:
+				// What kgo hands back (an authorization or a
+				// data-loss error, say) may clear up; the client
+				// keeps fetching.
+				err = fmt.Errorf("topic %s partition %d: %w", topic, part, err)
+				s.link.fetchFailed(err)
+				s.fetching.Down(err)
+				s.log.Debug("kafka fetch failed, retrying", "topic", topic, "partition", part, "err", err)
 			}
-			if fp.HighWatermark > r.hwm {
-				r.hwm = fp.HighWatermark
-			}
-			r.buf = append(r.buf, fp.Records...)
 		})
-		if ferr != nil && len(r.buf) == 0 {
-			return kafkago.Message{}, 0, ferr
-		}
-	}
-	rec := r.buf[0]
-	r.buf[0] = nil
-	r.buf = r.buf[1:]
-	return message(rec, r.hwm), r.hwm, nil
-}
-
-// close stops the client: no fetch survives it.
-func (r *reader) close() { r.cl.Close() }
-
-// message is a record in the shape the rest of the source uses.
-func message(r *kgo.Record, hwm int64) kafkago.Message {
-	var hs []kafkago.Header
-	if len(r.Headers) > 0 {
-		hs = make([]kafkago.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			hs[i] = kafkago.Header{Key: h.Key, Value: h.Value}
-		}
-	}
-	return kafkago.Message{
-		Topic:         r.Topic,
-		Partition:     int(r.Partition),
-		Offset:        r.Offset,
-		HighWaterMark: hwm,
-		Key:           r.Key,
-		Value:         r.Value,
-		Headers:       hs,
-		Time:          r.Timestamp,
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 {
+				return
+			}
+			s.partsMu.Lock()
+			p := s.parts[topicPartition{fp.Topic, fp.Partition}]
+			s.partsMu.Unlock()
+			if p == nil {
+				// Cannot happen while polls and rebalances exclude each
+				// other; were it to, the records stay uncommitted and
+				// their next owner reads them.
+				s.log.Debug("kafka records for a partition not held, dropped", "topic", fp.Topic, "partition", fp.Partition)
+				return
+			}
+			p.enqueue(fp.Records, fp.HighWatermark)
+		})
+		cl.AllowRebalance()
 	}
 }
 
-// fetchHook reports the partition's fetch failures and recoveries. kgo
-// retries a failed connection or fetch by itself, with RetryBackoff up to
-// RetryBackoffMax between attempts, and does not surface it to the poll:
-// without this hook a partition cut off from its leader would look ready.
-type fetchHook struct{ p *partition }
+// link follows whether the connections the source depends on work. A
+// fetch or heartbeat that fails on the wire breaks it: the Lost channel
+// of everything handed out closes. A fetch or heartbeat that succeeds
+// mends it, and deliveries from then on get a new channel.
+type link struct {
+	mu       sync.Mutex
+	down     bool
+	up       chan struct{} // closed when a broken link works again
+	failedAt time.Time     // last failure, zero once something worked
+	lastErr  error
+}
+
+func (l *link) init() {
+	l.up = make(chan struct{})
+	close(l.up)
+}
+
+// broke records a connection failure; true when it just broke.
+func (l *link) broke(err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failedAt, l.lastErr = time.Now(), err
+	if l.down {
+		return false
+	}
+	l.down = true
+	l.up = make(chan struct{})
+	return true
+}
+
+// fetchFailed records a failure that left the connection up.
+func (l *link) fetchFailed(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failedAt, l.lastErr = time.Now(), err
+}
+
+// works records a success; mended is true when the link was broken,
+// recovered when anything had failed.
+func (l *link) works() (mended, recovered bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	recovered = !l.failedAt.IsZero()
+	l.failedAt, l.lastErr = time.Time{}, nil
+	if l.down {
+		l.down = false
+		close(l.up)
+		return true, recovered
+	}
+	return false, recovered
+}
+
+func (l *link) isDown() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.down
+}
+
+// wait returns once the link works (true) or ctx ended (false).
+func (l *link) wait(ctx context.Context) bool {
+	l.mu.Lock()
+	up := l.up
+	l.mu.Unlock()
+	select {
+	case <-up:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// failing is the last failure if it is more recent than window: an idle
+// client may not fetch again for a while, so a failure counts only while
+// it is recent (a client that stays cut off reports another one at least
+// every RetryBackoffMax).
+func (l *link) failing(window time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failedAt.IsZero() || time.Since(l.failedAt) >= window {
+		return nil
+	}
+	return l.lastErr
+}
+
+// hooks report connection, fetch and group failures, which kgo retries
+// by itself without surfacing them to the poll: without them a source
+// cut off from its brokers would look ready.
+type hooks struct{ s *Source }
 
 var (
-	_ kgo.HookBrokerConnect = (*fetchHook)(nil)
-	_ kgo.HookBrokerE2E     = (*fetchHook)(nil)
+	_ kgo.HookBrokerConnect    = (*hooks)(nil)
+	_ kgo.HookBrokerE2E        = (*hooks)(nil)
+	_ kgo.HookGroupManageError = (*hooks)(nil)
 )
 
-func (h *fetchHook) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	if err != nil {
-		h.failed(meta, err)
+func (h *hooks) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
+		h.broke(meta, err)
 	}
 }
 
-func (h *fetchHook) OnBrokerE2E(meta kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
-	if key != kmsg.Fetch.Int16() {
+func (h *hooks) OnBrokerE2E(meta kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key != kmsg.Fetch.Int16() && key != kmsg.Heartbeat.Int16() {
 		return
 	}
-	if err := e2e.Err(); err != nil {
-		h.failed(meta, err)
+	err := e2e.Err()
+	if err == nil {
+		h.works()
 		return
 	}
-	h.p.setFailing(false)
+	// A fetch kgo cancels itself (a partition moved, the client closes)
+	// is no failure of the connection.
+	if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
+		return
+	}
+	h.broke(meta, err)
 }
 
-func (h *fetchHook) failed(meta kgo.BrokerMetadata, err error) {
-	p := h.p
-	if p.setFailing(true) {
-		broker := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
-		p.s.fetching.Down(fmt.Errorf("topic %s partition %d, broker %s: %w", p.topic, p.id, broker, err))
-		p.s.log.Debug("kafka fetch failed, retrying", "topic", p.topic, "partition", p.id, "broker", broker, "err", err)
+func (h *hooks) OnGroupManageError(err error) {
+	s := h.s
+	if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
+		return
+	}
+	s.member.Store(false)
+	s.groupLost.Store(true)
+	s.group.Down(err)
+	s.log.Debug("kafka group unavailable, retrying", "err", err)
+}
+
+func (h *hooks) broke(meta kgo.BrokerMetadata, err error) {
+	s := h.s
+	broker := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
+	err = fmt.Errorf("broker %s: %w", broker, err)
+	if s.link.broke(err) {
+		for _, p := range s.holding() {
+			p.breakLost()
+		}
+	}
+	s.fetching.Down(err)
+	s.log.Debug("kafka fetch failed, retrying", "broker", broker, "err", err)
+}
+
+func (h *hooks) works() {
+	s := h.s
+	mended, recovered := s.link.works()
+	if mended {
+		for _, p := range s.holding() {
+			p.renewLost()
+		}
+	}
+	if recovered {
+		s.fetching.Up()
 	}
 }
 
-// kgoLogger turns kgo's logging into slog lines, one level down as for
-// kafka-go: the source logs what matters to an operator itself.
+// kgoLogger turns kgo's logging into slog lines, one level down: the
+// source logs what matters to an operator itself.
 type kgoLogger struct{ l *slog.Logger }
 
 func (k kgoLogger) Level() kgo.LogLevel {

@@ -6,7 +6,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Every goroutine the source, kafka-go or kfake starts must be gone when
+// Every goroutine the source, kgo or kfake starts must be gone when
 // the tests end.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)

@@ -19,7 +19,7 @@ import (
 //   - never past an unfinished message: candidate() ≤ the lowest
 //     unfinished offset;
 //   - never backwards: candidate() only offers an offset above the last
-//     committed one (kafka-go's CommitOffsets would happily move it back).
+//     committed one (a commit is stored as sent, lower or not).
 type tracker struct {
 	mu sync.Mutex
 	// entries[head:] are the fetched offsets not yet passed by mark, in

@@ -2,28 +2,47 @@ package kafka
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 )
 
-// partition is one assigned partition for one generation.
+// partition is one assigned partition, from its assignment until it is
+// revoked, lost or the source stops.
 type partition struct {
-	g     *generation
 	s     *Source
+	cl    *kgo.Client
 	topic string
-	id    int
+	id    int32
 	label string
-	start int64
 	track *tracker
 	lag   prometheus.Gauge
 	hwm   atomic.Int64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // the worker and every handler it started returned
+
+	// queue holds records polled and not yet handed out, in offset
+	// order; past high the partition is paused at the client, and
+	// resumed once the worker took it down to low.
+	qmu       sync.Mutex
+	queue     []*kgo.Record
+	paused    bool
+	high, low int
+	wake      chan struct{}
+
+	// lost is closed when the partition stops or the link breaks; a
+	// mended link gives a partition that still runs a new one.
+	lostMu  sync.Mutex
+	lostCh  chan struct{}
+	isLost  bool
+	stopped bool
 
 	// OrderingKey: one lane per record key with messages running or
 	// waiting; a lane's goroutine ends when its queue is empty.
@@ -33,188 +52,190 @@ type partition struct {
 
 	heldMu sync.Mutex
 	held   int // deliveries currently held (no dead letter possible)
-
-	// failing is set by the fetch loop and by the reader's kgo client,
-	// whose hook reports connection and fetch failures it retries itself.
-	failMu  sync.Mutex
-	failing bool
-	stopped bool // the partition stopped: nothing is reported any more
 }
 
 type lane struct {
-	queue []kafkago.Message
+	queue []*kgo.Record
 }
 
-func newPartition(g *generation, topic string, id int, start int64) *partition {
-	label := strconv.Itoa(id)
-	p := &partition{
-		g:     g,
-		s:     g.s,
-		topic: topic,
-		id:    id,
-		label: label,
-		start: start,
-		track: newTracker(start),
-		lag:   g.s.m.Lag.WithLabelValues(topic, label),
-		lanes: map[string]*lane{},
+func newPartition(s *Source, cl *kgo.Client, topic string, id int32) *partition {
+	label := strconv.Itoa(int(id))
+	// The worker takes a batch (partition order) or fills the window
+	// (key order) from what waits; twice that waiting is enough to never
+	// run dry between two fetches.
+	high := 2 * s.o.BatchSize
+	if s.o.Ordering == OrderingKey {
+		high = 2 * s.o.MaxInFlight
 	}
+	p := &partition{
+		s:      s,
+		cl:     cl,
+		topic:  topic,
+		id:     id,
+		label:  label,
+		track:  newTracker(-1),
+		lag:    s.m.Lag.WithLabelValues(topic, label),
+		done:   make(chan struct{}),
+		high:   max(high, 2),
+		wake:   make(chan struct{}, 1),
+		lostCh: make(chan struct{}),
+		lanes:  map[string]*lane{},
+	}
+	p.low = p.high / 2
 	p.hwm.Store(-1)
+	if s.link.isDown() {
+		p.breakLost()
+	}
 	return p
 }
 
-// run reads the partition until genCtx ends (revocation) or the source
-// stops, hands its messages to h (in order, or per key), and returns only
-// after every handler it started has returned.
-func (p *partition) run(genCtx context.Context, h broker.BatchHandler) {
-	s := p.s
-	ctx, cancel := context.WithCancel(p.g.runCtx)
-	defer cancel()
-	stop := context.AfterFunc(genCtx, cancel)
-	defer stop()
+// start runs the partition's worker until stop or the end of runCtx.
+func (p *partition) start(runCtx context.Context, h broker.BatchHandler) {
+	p.ctx, p.cancel = context.WithCancel(runCtx)
+	go func() {
+		defer close(p.done)
+		p.run(p.ctx, h)
+	}()
+}
 
-	r := p.startReader(ctx)
-	if r == nil {
-		p.stopFailing()
-		return
+// stop ends the partition: Lost closes and nothing more is handed out.
+func (p *partition) stop() {
+	p.lostMu.Lock()
+	p.stopped = true
+	p.lostMu.Unlock()
+	p.breakLost()
+	p.cancel()
+}
+
+// wait returns once every handler the partition started has returned.
+func (p *partition) wait() { <-p.done }
+
+// release forgets the partition's metrics (another member owns it now, or
+// nobody does) and its pause, which the client would keep for a later
+// assignment of the same partition.
+func (p *partition) release() {
+	p.s.m.Lag.DeleteLabelValues(p.topic, p.label)
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	if p.paused {
+		p.paused = false
+		p.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
 	}
-	defer r.close()
-	// Runs before r.close: a failure kgo reports while closing is not
-	// the partition's any more.
-	defer p.stopFailing()
+	clear(p.queue)
+	p.queue = nil
+}
 
-	if s.o.Ordering == OrderingKey {
+func (p *partition) lost() <-chan struct{} {
+	p.lostMu.Lock()
+	defer p.lostMu.Unlock()
+	return p.lostCh
+}
+
+func (p *partition) breakLost() {
+	p.lostMu.Lock()
+	defer p.lostMu.Unlock()
+	if !p.isLost {
+		close(p.lostCh)
+		p.isLost = true
+	}
+}
+
+func (p *partition) renewLost() {
+	p.lostMu.Lock()
+	defer p.lostMu.Unlock()
+	if p.isLost && !p.stopped {
+		p.lostCh = make(chan struct{})
+		p.isLost = false
+	}
+}
+
+// enqueue appends polled records; the partition is paused once enough
+// wait. Pausing under qmu keeps a pause and the resume that follows it in
+// order.
+func (p *partition) enqueue(recs []*kgo.Record, hwm int64) {
+	if hwm > p.hwm.Load() {
+		p.hwm.Store(hwm)
+		p.updateLag()
+	}
+	p.qmu.Lock()
+	p.queue = append(p.queue, recs...)
+	if !p.paused && len(p.queue) >= p.high {
+		p.paused = true
+		p.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.id}})
+	}
+	p.qmu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns up to n queued records, waiting for one; false once ctx
+// ended. Every record it returns is tracked as unfinished.
+func (p *partition) take(ctx context.Context, n int) ([]*kgo.Record, bool) {
+	for {
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		p.qmu.Lock()
+		if len(p.queue) > 0 {
+			n = min(n, len(p.queue))
+			out := make([]*kgo.Record, 0, n)
+			for _, r := range p.queue[:n] {
+				if p.track.add(r.Offset) {
+					out = append(out, r)
+				}
+			}
+			clear(p.queue[:n])
+			p.queue = p.queue[n:]
+			if p.paused && len(p.queue) <= p.low {
+				p.paused = false
+				p.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
+			}
+			p.qmu.Unlock()
+			if len(out) > 0 {
+				return out, true
+			}
+			continue
+		}
+		p.qmu.Unlock()
+		select {
+		case <-p.wake:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// run hands the partition's records to h (in order, or per key) until
+// ctx ends, and returns only after every handler it started has returned.
+// Records taken and never handed out stay unfinished: they are not
+// committed past and are delivered again.
+func (p *partition) run(ctx context.Context, h broker.BatchHandler) {
+	if p.s.o.Ordering == OrderingKey {
 		for ctx.Err() == nil {
 			if !p.waitForRoom(ctx) {
 				break
 			}
-			m, ok := p.fetch(ctx, r)
+			recs, ok := p.take(ctx, 1)
 			if !ok {
 				break
 			}
-			p.dispatchByKey(ctx, m, h)
+			p.dispatchByKey(ctx, recs[0], h)
 		}
 		p.laneW.Wait()
-	} else {
-		p.runInOrder(ctx, cancel, r, h)
+		return
 	}
-}
-
-// startReader creates the partition's reader; nil once ctx ended. Creating
-// one fails only on options kgo refuses, which New has already checked;
-// should it fail anyway the partition reports it and keeps trying rather
-// than sit silently unread.
-func (p *partition) startReader(ctx context.Context) *reader {
-	s := p.s
-	backoff := s.o.RetryBackoff
-	for ctx.Err() == nil {
-		r, err := p.newReader()
-		if err == nil {
-			return r
-		}
-		p.setFailing(true)
-		s.log.Error("kafka partition reader cannot start, retrying", "topic", p.topic, "partition", p.id, "err", err, "retry_in", backoff.String())
-		if !sleepCtx(ctx, backoff) {
-			break
-		}
-		backoff = min(backoff*2, s.o.RetryBackoffMax)
-	}
-	return nil
-}
-
-// fetch returns the next message to hand out, retrying failed fetches;
-// false once ctx ended. A message it returns is tracked as unfinished.
-func (p *partition) fetch(ctx context.Context, r *reader) (kafkago.Message, bool) {
-	s := p.s
-	backoff := s.o.RetryBackoff
-	for ctx.Err() == nil {
-		m, hwm, err := r.next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			// What kgo hands back (an authorization or a data-loss
-			// error, say) may clear up; the client keeps fetching, so
-			// keep asking.
-			p.setFailing(true)
-			s.fetching.Down(fmt.Errorf("topic %s partition %d: %w", p.topic, p.id, err))
-			s.log.Debug("kafka fetch failed, retrying", "topic", p.topic, "partition", p.id, "err", err, "retry_in", backoff.String())
-			if !sleepCtx(ctx, backoff) {
-				break
-			}
-			backoff = min(backoff*2, s.o.RetryBackoffMax)
-			continue
-		}
-		backoff = s.o.RetryBackoff
-		p.setFailing(false)
-		if !p.track.add(m.Offset) {
-			continue
-		}
-		if hwm > p.hwm.Load() {
-			p.hwm.Store(hwm)
-			p.updateLag()
-		}
-		if ctx.Err() != nil {
-			// Fetched, never handed out: it stays unfinished, so it is
-			// not committed past and is delivered again.
-			break
-		}
-		return m, true
-	}
-	return kafkago.Message{}, false
-}
-
-// runInOrder (OrderingPartition) fetches on its own goroutine, so that
-// whatever arrived while the handler was busy is handed over at once as
-// one batch of up to BatchSize messages, in offset order.
-func (p *partition) runInOrder(ctx context.Context, cancel context.CancelFunc, r *reader, h broker.BatchHandler) {
-	size := p.s.o.BatchSize
-	msgs := make(chan kafkago.Message, size)
-	fetched := make(chan struct{})
-	go func() {
-		defer close(fetched)
-		for {
-			m, ok := p.fetch(ctx, r)
-			if !ok {
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	// The reader is closed after run returns: the fetcher must be gone.
-	defer func() { cancel(); <-fetched }()
-	batch := make([]kafkago.Message, 0, size)
 	for {
-		select {
-		case m := <-msgs:
-			batch = append(batch[:0], m)
-		case <-ctx.Done():
-			// Whatever waits in msgs stays unfinished.
+		batch, ok := p.take(ctx, p.s.o.BatchSize)
+		if !ok || ctx.Err() != nil {
 			return
-		}
-		if ctx.Err() != nil {
-			// select picks at random when both are ready: a stopping
-			// partition must not hand out another batch.
-			return
-		}
-	fill:
-		for len(batch) < size {
-			select {
-			case m := <-msgs:
-				batch = append(batch, m)
-			default:
-				break fill
-			}
 		}
 		p.handle(ctx, batch, h)
-		clear(batch)
 	}
 }
 
-// waitForRoom holds the fetch loop (key mode) while MaxInFlight fetched
+// waitForRoom holds the worker (key mode) while MaxInFlight handed-out
 // messages have not been passed by the commit mark.
 func (p *partition) waitForRoom(ctx context.Context) bool {
 	for p.track.window() >= p.s.o.MaxInFlight {
@@ -227,13 +248,13 @@ func (p *partition) waitForRoom(ctx context.Context) bool {
 	return true
 }
 
-// dispatchByKey runs m after every earlier message with the same record
+// dispatchByKey runs r after every earlier message with the same record
 // key; a message without a key is ordered with the other keyless ones.
-func (p *partition) dispatchByKey(ctx context.Context, m kafkago.Message, h broker.BatchHandler) {
-	k := string(m.Key)
+func (p *partition) dispatchByKey(ctx context.Context, r *kgo.Record, h broker.BatchHandler) {
+	k := string(r.Key)
 	p.mu.Lock()
 	if l, ok := p.lanes[k]; ok {
-		l.queue = append(l.queue, m)
+		l.queue = append(l.queue, r)
 		p.mu.Unlock()
 		return
 	}
@@ -249,7 +270,7 @@ func (p *partition) dispatchByKey(ctx context.Context, m kafkago.Message, h brok
 			// MaxInFlight per partition.
 			select {
 			case p.s.slots <- struct{}{}:
-				p.handle(ctx, []kafkago.Message{m}, h)
+				p.handle(ctx, []*kgo.Record{r}, h)
 				<-p.s.slots
 			case <-ctx.Done():
 			}
@@ -260,28 +281,28 @@ func (p *partition) dispatchByKey(ctx context.Context, m kafkago.Message, h brok
 				p.mu.Unlock()
 				return
 			}
-			m = l.queue[0]
-			l.queue[0] = kafkago.Message{}
+			r = l.queue[0]
+			l.queue[0] = nil
 			l.queue = l.queue[1:]
 			p.mu.Unlock()
 		}
 	}()
 }
 
-// handle gives ms to h until each is finished (acked or dead-lettered)
+// handle gives rs to h until each is finished (acked or dead-lettered)
 // or the partition stops. The pipeline leaves a Kafka message unfinished
-// only when it stops or the partition was lost; should it leave one while
+// only when it stops or the delivery was lost; should it leave one while
 // the partition is still ours, the message is handed over again, alone,
 // after a backoff rather than left unfinished, which would stall the
 // commits.
-func (p *partition) handle(ctx context.Context, ms []kafkago.Message, h broker.BatchHandler) {
-	p.handleAgain(ctx, ms, nil, h)
+func (p *partition) handle(ctx context.Context, rs []*kgo.Record, h broker.BatchHandler) {
+	p.handleAgain(ctx, rs, nil, h)
 }
 
 // handleAgain is handle with, per message, whether it was handed over
 // before (Redelivered).
-func (p *partition) handleAgain(ctx context.Context, ms []kafkago.Message, again []bool, h broker.BatchHandler) {
-	ds := p.deliver(ctx, ms, again, h)
+func (p *partition) handleAgain(ctx context.Context, rs []*kgo.Record, again []bool, h broker.BatchHandler) {
+	ds := p.deliver(rs, again, h)
 	for i, d := range ds {
 		if d.finished() {
 			continue
@@ -289,14 +310,14 @@ func (p *partition) handleAgain(ctx context.Context, ms []kafkago.Message, again
 		if ctx.Err() != nil {
 			return
 		}
-		p.redeliver(ctx, ms[i], d.state.Load() == stateRequeued, h)
+		p.redeliver(ctx, rs[i], d.state.Load() == stateRequeued, h)
 		// What the handler left unfinished after it goes again, in
 		// order, behind it.
-		var rest []kafkago.Message
+		var rest []*kgo.Record
 		var restAgain []bool
 		for _, e := range ds[i+1:] {
 			if !e.finished() {
-				rest = append(rest, e.m)
+				rest = append(rest, e.r)
 				restAgain = append(restAgain, e.state.Load() == stateRequeued)
 			}
 		}
@@ -307,14 +328,15 @@ func (p *partition) handleAgain(ctx context.Context, ms []kafkago.Message, again
 	}
 }
 
-// deliver hands ms to h as one batch and returns their deliveries once h
+// deliver hands rs to h as one batch and returns their deliveries once h
 // has returned; a hold one of them took (no dead letter possible) ends
 // with the call.
-func (p *partition) deliver(ctx context.Context, ms []kafkago.Message, again []bool, h broker.BatchHandler) []*delivery {
-	ds := make([]*delivery, len(ms))
-	hs := make([]broker.Delivery, len(ms))
-	for i, m := range ms {
-		ds[i] = p.newDelivery(ctx, m, again != nil && again[i])
+func (p *partition) deliver(rs []*kgo.Record, again []bool, h broker.BatchHandler) []*delivery {
+	ds := make([]*delivery, len(rs))
+	hs := make([]broker.Delivery, len(rs))
+	lost := p.lost()
+	for i, r := range rs {
+		ds[i] = p.newDelivery(r, lost, again != nil && again[i])
 		hs[i] = ds[i]
 	}
 	h(hs)
@@ -326,19 +348,20 @@ func (p *partition) deliver(ctx context.Context, ms []kafkago.Message, again []b
 	return ds
 }
 
-// redeliver hands m over again, alone, with a growing backoff, until it
-// is finished or the partition stops.
-func (p *partition) redeliver(ctx context.Context, m kafkago.Message, settled bool, h broker.BatchHandler) {
+// redeliver hands r over again, alone, with a growing backoff, until it
+// is finished or the partition stops. After a broken link it waits for
+// the link first: handing it over earlier would only see it lost again.
+func (p *partition) redeliver(ctx context.Context, r *kgo.Record, settled bool, h broker.BatchHandler) {
 	s := p.s
 	backoff := s.o.RetryBackoff
 	for {
 		s.log.Warn("kafka message given back while its partition is still assigned; delivering it again in place",
-			"topic", p.topic, "partition", p.id, "offset", m.Offset, "settled", settled)
-		if !sleepCtx(ctx, backoff) {
+			"topic", p.topic, "partition", p.id, "offset", r.Offset, "settled", settled)
+		if !sleepCtx(ctx, backoff) || !s.link.wait(ctx) {
 			return
 		}
 		backoff = min(backoff*2, s.o.RetryBackoffMax)
-		d := p.deliver(ctx, []kafkago.Message{m}, []bool{true}, h)[0]
+		d := p.deliver([]*kgo.Record{r}, []bool{true}, h)[0]
 		if d.finished() || ctx.Err() != nil {
 			return
 		}
@@ -350,7 +373,7 @@ func (p *partition) redeliver(ctx context.Context, m kafkago.Message, settled bo
 // messages finished since the last one.
 func (p *partition) finish(off int64) {
 	if n := p.track.finish(off); n >= p.s.o.CommitEvery {
-		p.g.requestCommit()
+		p.s.requestCommit()
 	}
 }
 
@@ -367,32 +390,6 @@ func (p *partition) updateLag() {
 		return
 	}
 	p.lag.Set(float64(max(hwm-base, 0)))
-}
-
-// setFailing records whether the partition's fetching fails; false once
-// the partition stopped.
-func (p *partition) setFailing(v bool) bool {
-	p.failMu.Lock()
-	defer p.failMu.Unlock()
-	if p.stopped {
-		return false
-	}
-	if v || p.failing {
-		p.s.fetchFailed(p, v)
-	}
-	p.failing = v
-	return true
-}
-
-// stopFailing clears the partition's failure for good: a stopped
-// partition does not keep the source unready.
-func (p *partition) stopFailing() {
-	p.failMu.Lock()
-	defer p.failMu.Unlock()
-	if p.failing {
-		p.s.fetchFailed(p, false)
-	}
-	p.failing, p.stopped = false, true
 }
 
 // hold records that a message of this partition cannot be dead-lettered:

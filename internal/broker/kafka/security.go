@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
-	kgosasl "github.com/twmb/franz-go/pkg/sasl"
-	kgoplain "github.com/twmb/franz-go/pkg/sasl/plain"
-	kgoscram "github.com/twmb/franz-go/pkg/sasl/scram"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // SASL authenticates to the brokers. Mechanism is "" (off), "plain",
@@ -27,33 +25,13 @@ func (s SASL) mechanism() (sasl.Mechanism, error) {
 	case "":
 		return nil, nil
 	case "plain":
-		return plain.Mechanism{Username: s.Username, Password: s.Password}, nil
-	case "scram-sha-256", "scram-sha-512":
-		algo := scram.SHA256
-		if s.Mechanism == "scram-sha-512" {
-			algo = scram.SHA512
-		}
-		m, err := scram.Mechanism(algo, s.Username, s.Password)
-		if err != nil {
-			return nil, fmt.Errorf("kafka sasl %s: %w", s.Mechanism, err)
-		}
-		return m, nil
+		return plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism(), nil
+	case "scram-sha-256":
+		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism(), nil
+	case "scram-sha-512":
+		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), nil
 	}
 	return nil, fmt.Errorf("kafka sasl: unknown mechanism %q", s.Mechanism)
-}
-
-// kgoMechanism is the same mechanism for the partition readers' kgo
-// clients; mechanism has validated it.
-func (s SASL) kgoMechanism() kgosasl.Mechanism {
-	switch s.Mechanism {
-	case "plain":
-		return kgoplain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()
-	case "scram-sha-256":
-		return kgoscram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()
-	case "scram-sha-512":
-		return kgoscram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()
-	}
-	return nil
 }
 
 // TLS encrypts the connections to the brokers. CAFile replaces the system
@@ -90,4 +68,27 @@ func (t TLS) config() (*tls.Config, error) {
 		c.Certificates = []tls.Certificate{cert}
 	}
 	return c, nil
+}
+
+// SecurityOpts are the kgo options for TLS and SASL. Every client that
+// talks to the brokers — the source's, the webhook sink's, doctor's —
+// takes them from here, so a setting can never reach one and not the
+// other. Files are read now: an unreadable one is an error at start.
+func SecurityOpts(s SASL, t TLS) ([]kgo.Opt, error) {
+	mech, err := s.mechanism()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := t.config()
+	if err != nil {
+		return nil, err
+	}
+	var opts []kgo.Opt
+	if cfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(cfg))
+	}
+	if mech != nil {
+		opts = append(opts, kgo.SASL(mech))
+	}
+	return opts, nil
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,11 +14,8 @@ import (
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-	kafkago "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
@@ -40,6 +39,7 @@ func options(c *kafkatest.Cluster, topic string) kafka.Options {
 		RetryBackoff:      50 * time.Millisecond,
 		RetryBackoffMax:   500 * time.Millisecond,
 		Metrics:           metrics.New(nil).ForSource("orders"),
+		Logger:            debugLogger(),
 	}
 }
 
@@ -99,7 +99,7 @@ func records(partitions, perPartition int) []kafkatest.Record {
 				Partition: p,
 				Key:       []byte(fmt.Sprintf("k%d", i%5)),
 				Value:     []byte(fmt.Sprintf(`{"meta":{"id":"p%d-%d"}}`, p, i)),
-				Headers: []kafkago.Header{
+				Headers: []kgo.RecordHeader{
 					{Key: "content-type", Value: []byte("application/json")},
 					{Key: "bq-message-id", Value: []byte(fmt.Sprintf("p%d-%d", p, i))},
 				},
@@ -443,10 +443,13 @@ func TestRebalanceLostAndFinalCommit(t *testing.T) {
 	})
 	testutil.Eventually(t, 10*time.Second, "first member handled 6", func() bool { return a.count() == 6 })
 
-	// A second member joins: the first loses its generation; its final
+	// A second member joins that speaks only range: the group goes
+	// eager and the first member loses both partitions; its final
 	// commit records 3 and 3, and "stuck" (offset 3) stays unfinished.
 	var b collector
-	start(t, o, b.handle)
+	ob := o
+	ob.Balancers = []string{kafka.BalancerRange}
+	start(t, ob, b.handle)
 	testutil.Eventually(t, 20*time.Second, "Lost closed on revocation", lostSeen.Load)
 	testutil.Eventually(t, 20*time.Second, "stuck message redelivered after the rebalance", func() bool {
 		return a.count()+b.count() == 7
@@ -550,14 +553,16 @@ func TestSASL(t *testing.T) {
 			o.DeadLetterTopic = "orders.dlq"
 
 			// The test's own producer cannot authenticate: produce with
-			// a source-like client instead.
-			w := &kafkago.Writer{Addr: kafkago.TCP(c.Addrs...), Topic: "orders", RequiredAcks: kafkago.RequireAll, BatchTimeout: time.Millisecond,
-				Transport: &kafkago.Transport{SASL: saslMech(t, o.SASL)}}
-			if err := w.WriteMessages(context.Background(), kafkago.Message{Value: []byte("a")}, kafkago.Message{Value: []byte("b")}); err != nil {
+			// the source's security options instead.
+			sec, err := kafka.SecurityOpts(o.SASL, kafka.TLS{})
+			if err != nil {
 				t.Fatal(err)
 			}
-			_ = w.Close()
-			w.Transport.(*kafkago.Transport).CloseIdleConnections()
+			w := c.Client(t, append(sec, kgo.DefaultProduceTopic("orders"))...)
+			if err := w.ProduceSync(context.Background(), &kgo.Record{Value: []byte("a")}, &kgo.Record{Value: []byte("b")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
 
 			var n atomic.Int64
 			start(t, o, func(d broker.Delivery) {
@@ -570,6 +575,16 @@ func TestSASL(t *testing.T) {
 				_ = d.Ack(context.Background())
 			})
 			testutil.Eventually(t, 15*time.Second, "both settled", func() bool { return n.Load() == 2 })
+
+			// The webhook sink's producer authenticates the same way.
+			p, err := kafka.NewProducer(kafka.ProducerOptions{Brokers: c.Addrs, Topic: "orders", SASL: o.SASL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Produce(context.Background(), &kgo.Record{Value: []byte("c")}); err != nil {
+				t.Errorf("producer with sasl %s: %v", mech, err)
+			}
+			p.Close()
 
 			// Wrong password: never a member, Ready says so, Run still
 			// stops cleanly.
@@ -594,22 +609,6 @@ func TestSASL(t *testing.T) {
 	}
 }
 
-func saslMech(t *testing.T, s kafka.SASL) sasl.Mechanism {
-	t.Helper()
-	if s.Mechanism == "plain" {
-		return plain.Mechanism{Username: s.Username, Password: s.Password}
-	}
-	algo := scram.SHA256
-	if s.Mechanism == "scram-sha-512" {
-		algo = scram.SHA512
-	}
-	m, err := scram.Mechanism(algo, s.Username, s.Password)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // A record larger than the per-fetch byte bound still arrives, whole and
 // in order: the broker returns a partition's first batch whatever its
 // size, so the bound only limits what is fetched ahead.
@@ -629,4 +628,11 @@ func TestRecordLargerThanFetchBound(t *testing.T) {
 		t.Fatalf("got bodies of %d, %d, %d bytes in offsets %d, %d, %d", len(col.msgs[0].Body), len(col.msgs[1].Body), len(col.msgs[2].Body),
 			col.msgs[0].Offset, col.msgs[1].Offset, col.msgs[2].Offset)
 	}
+}
+
+func debugLogger() *slog.Logger {
+	if os.Getenv("KDEBUG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
@@ -52,8 +52,8 @@ func selfSigned(t *testing.T) (tls.Certificate, []byte) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
-// TLS with a private CA reaches the group, the partition readers and the
-// dead-letter producer; without the CA the certificate is refused.
+// TLS with a private CA reaches the group, the fetches and the dead-letter
+// producer (one client); without the CA the certificate is refused.
 func TestTLS(t *testing.T) {
 	cert, caPEM := selfSigned(t)
 	c := kafkatest.Start(t, 1, []string{"orders", "orders.dlq"}, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
@@ -63,13 +63,11 @@ func TestTLS(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	tr := &kafkago.Transport{TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-	w := &kafkago.Writer{Addr: kafkago.TCP(c.Addrs...), Topic: "orders", RequiredAcks: kafkago.RequireAll, BatchTimeout: time.Millisecond, Transport: tr}
-	if err := w.WriteMessages(context.Background(), kafkago.Message{Value: []byte("a")}, kafkago.Message{Value: []byte("b")}); err != nil {
+	w := c.Client(t, kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}), kgo.DefaultProduceTopic("orders"))
+	if err := w.ProduceSync(context.Background(), &kgo.Record{Value: []byte("a")}, &kgo.Record{Value: []byte("b")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	_ = w.Close()
-	tr.CloseIdleConnections()
+	w.Close()
 
 	o := options(c, "orders")
 	o.TLS = kafka.TLS{Enabled: true, CAFile: caFile}
@@ -110,5 +108,33 @@ func TestTLS(t *testing.T) {
 	_ = os.WriteFile(empty, []byte("nothing"), 0o600)
 	if _, err := kafka.New(kafka.Options{Brokers: c.Addrs, Topics: []string{"orders"}, Group: "g", TLS: kafka.TLS{Enabled: true, CAFile: empty}}); err == nil {
 		t.Error("New accepted a CA file without a certificate")
+	}
+}
+
+// The webhook sink's producer takes the same TLS options as the source:
+// with the private CA it produces (acks=all), with the system roots the
+// certificate is refused.
+func TestProducerTLS(t *testing.T) {
+	cert, caPEM := selfSigned(t)
+	c := kafkatest.Start(t, 1, []string{"hooks"}, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := kafka.NewProducer(kafka.ProducerOptions{Brokers: c.Addrs, Topic: "hooks", TLS: kafka.TLS{Enabled: true, CAFile: caFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Produce(context.Background(), &kgo.Record{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatalf("produce over TLS: %v", err)
+	}
+	bad, err := kafka.NewProducer(kafka.ProducerOptions{Brokers: c.Addrs, Topic: "hooks", TLS: kafka.TLS{Enabled: true}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if err := bad.Produce(context.Background(), &kgo.Record{Value: []byte("v")}); err == nil {
+		t.Fatal("produced over an unverified connection")
 	}
 }

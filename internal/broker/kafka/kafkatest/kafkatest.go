@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Cluster is a running kfake cluster of one broker.
@@ -105,68 +107,90 @@ type Record struct {
 	Partition int
 	Key       []byte
 	Value     []byte
-	Headers   []kafkago.Header
+	Headers   []kgo.RecordHeader
+}
+
+// Client returns a kgo client of the cluster with opts, closed when the
+// test ends.
+func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs...)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kgo client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }
 
 // Produce writes records, each to its Partition, waiting for the broker's
 // acknowledgement.
 func (c *Cluster) Produce(t testing.TB, topic string, recs ...Record) {
 	t.Helper()
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	w := &kafkago.Writer{
-		Addr:  kafkago.TCP(c.Addrs...),
-		Topic: topic,
-		Balancer: kafkago.BalancerFunc(func(m kafkago.Message, _ ...int) int {
-			return m.WriterData.(int)
-		}),
-		RequiredAcks: kafkago.RequireAll,
-		BatchTimeout: time.Millisecond,
-		BatchSize:    1000,
-		Transport:    tr,
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		t.Fatalf("kgo client: %v", err)
 	}
-	defer w.Close()
-	msgs := make([]kafkago.Message, len(recs))
+	defer cl.Close()
+	rs := make([]*kgo.Record, len(recs))
 	for i, r := range recs {
-		msgs[i] = kafkago.Message{Key: r.Key, Value: r.Value, Headers: r.Headers, WriterData: r.Partition}
+		rs[i] = &kgo.Record{Topic: topic, Partition: int32(r.Partition), Key: r.Key, Value: r.Value, Headers: r.Headers}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatalf("produce to %s: %v", topic, err)
 	}
 }
 
-func (c *Cluster) client() (*kafkago.Client, func()) {
-	tr := &kafkago.Transport{}
-	return &kafkago.Client{Addr: kafkago.TCP(c.Addrs...), Transport: tr, Timeout: 10 * time.Second}, tr.CloseIdleConnections
+func (c *Cluster) request(t testing.TB, req kmsg.Request) kmsg.Response {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs...))
+	if err != nil {
+		t.Fatalf("kgo client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cl.Request(ctx, req)
+	if err != nil {
+		t.Fatalf("%s: %v", kmsg.NameForKey(req.Key()), err)
+	}
+	return resp
 }
 
 // Committed returns the group's committed offset of partitions 0..n-1 of
 // topic; -1 where there is none.
 func (c *Cluster) Committed(t testing.TB, group, topic string, n int) map[int]int64 {
 	t.Helper()
-	cl, done := c.client()
-	defer done()
-	parts := make([]int, n)
-	for i := range parts {
-		parts[i] = i
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic = topic
+	for p := range n {
+		rt.Partitions = append(rt.Partitions, int32(p))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
-	if err == nil {
-		err = resp.Error
-	}
-	if err != nil {
+	req.Topics = append(req.Topics, rt)
+	resp := c.request(t, req).(*kmsg.OffsetFetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 		t.Fatalf("offset fetch %s/%s: %v", group, topic, err)
 	}
 	out := map[int]int64{}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			t.Fatalf("offset fetch %s/%s[%d]: %v", group, topic, p.Partition, p.Error)
+	for _, rt := range resp.Topics {
+		if rt.Topic != topic {
+			continue
 		}
-		out[p.Partition] = p.CommittedOffset
+		for _, p := range rt.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				t.Fatalf("offset fetch %s/%s[%d]: %v", group, topic, p.Partition, err)
+			}
+			out[int(p.Partition)] = p.Offset
+		}
+	}
+	for p := range n {
+		if _, ok := out[p]; !ok {
+			t.Fatalf("offset fetch %s/%s: partition %d missing", group, topic, p)
+		}
 	}
 	return out
 }
@@ -175,40 +199,130 @@ func (c *Cluster) Committed(t testing.TB, group, topic string, n int) map[int]in
 // operator's offset reset does).
 func (c *Cluster) SetCommitted(t testing.TB, group, topic string, offsets map[int]int64) {
 	t.Helper()
-	cl, done := c.client()
-	defer done()
-	var commits []kafkago.OffsetCommit
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group = group
+	req.Generation = -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	// OffsetCommit v10 names the topic by id only.
+	rt.Topic, rt.TopicID = topic, c.topicID(t, topic)
 	for p, o := range offsets {
-		commits = append(commits, kafkago.OffsetCommit{Partition: p, Offset: o})
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition = int32(p)
+		rp.Offset = o
+		rp.LeaderEpoch = -1
+		rt.Partitions = append(rt.Partitions, rp)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := cl.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{GroupID: group, GenerationID: -1, Topics: map[string][]kafkago.OffsetCommit{topic: commits}})
-	if err != nil {
-		t.Fatalf("offset commit %s/%s: %v", group, topic, err)
-	}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			t.Fatalf("offset commit %s/%s[%d]: %v", group, topic, p.Partition, p.Error)
+	req.Topics = append(req.Topics, rt)
+	resp := c.request(t, req).(*kmsg.OffsetCommitResponse)
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				t.Fatalf("offset commit %s/%s[%d]: %v", group, topic, p.Partition, err)
+			}
 		}
 	}
 }
 
+func (c *Cluster) topicID(t testing.TB, topic string) [16]byte {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp := c.request(t, req).(*kmsg.MetadataResponse)
+	for _, mt := range resp.Topics {
+		if mt.Topic != nil && *mt.Topic == topic {
+			if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
+				t.Fatalf("metadata %s: %v", topic, err)
+			}
+			return mt.TopicID
+		}
+	}
+	t.Fatalf("metadata: no topic %s", topic)
+	return [16]byte{}
+}
+
 // Read reads up to n messages of one partition from offset 0, waiting at
 // most timeout for them.
-func (c *Cluster) Read(t testing.TB, topic string, partition, n int, timeout time.Duration) []kafkago.Message {
+func (c *Cluster) Read(t testing.TB, topic string, partition, n int, timeout time.Duration) []*kgo.Record {
 	t.Helper()
-	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: c.Addrs, Topic: topic, Partition: partition, MaxWait: 100 * time.Millisecond})
-	defer r.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs...), kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {int32(partition): kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatalf("kgo client: %v", err)
+	}
+	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var out []kafkago.Message
-	for len(out) < n {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			break
+	var out []*kgo.Record
+	for len(out) < n && ctx.Err() == nil {
+		fs := cl.PollRecords(ctx, n-len(out))
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// Describe returns the group's state and, per member (by instance id
+// when it has one, else member id), the partitions of topic it holds.
+func (c *Cluster) Describe(t testing.TB, group, topic string) (string, map[string][]int32) {
+	t.Helper()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp := c.request(t, req).(*kmsg.DescribeGroupsResponse)
+	if len(resp.Groups) != 1 {
+		t.Fatalf("describe group %s: %d groups", group, len(resp.Groups))
+	}
+	g := resp.Groups[0]
+	if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+		t.Fatalf("describe group %s: %v", group, err)
+	}
+	out := map[string][]int32{}
+	for _, m := range g.Members {
+		name := m.MemberID
+		if m.InstanceID != nil {
+			name = *m.InstanceID
 		}
-		out = append(out, m)
+		var a kmsg.ConsumerMemberAssignment
+		if err := a.ReadFrom(m.MemberAssignment); err != nil && len(m.MemberAssignment) > 0 {
+			t.Fatalf("describe group %s: member %s assignment: %v", group, name, err)
+		}
+		out[name] = nil
+		for _, at := range a.Topics {
+			if at.Topic == topic {
+				out[name] = append(out[name], at.Partitions...)
+			}
+		}
+	}
+	return g.State, out
+}
+
+// EndOffsets returns the log end offset of partitions 0..n-1 of topic.
+func (c *Cluster) EndOffsets(t testing.TB, topic string, n int) map[int]int64 {
+	t.Helper()
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for p := range n {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = int32(p)
+		rp.Timestamp = -1
+		rp.CurrentLeaderEpoch = -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp := c.request(t, req).(*kmsg.ListOffsetsResponse)
+	out := map[int]int64{}
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				t.Fatalf("list offsets %s[%d]: %v", topic, p.Partition, err)
+			}
+			out[int(p.Partition)] = p.Offset
+		}
+	}
+	if len(out) != n {
+		t.Fatalf("list offsets %s: %d of %d partitions", topic, len(out), n)
 	}
 	return out
 }
