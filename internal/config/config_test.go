@@ -137,8 +137,8 @@ func TestEnvErrors(t *testing.T) {
 	// The error about a value from the environment names the variable:
 	// the file shows another value, or none.
 	want := "app.timeout (from DEDUPE_PROXY_APP_TIMEOUT): invalid duration \"never\" (use 500ms, 30s, 5m, 24h)\n" +
-		"DEDUPE_PROXY_APP_TIMOUT: environment variable matches no setting\n" +
-		"DEDUPE_PROXY_SOURCES_1_RABBITMQ_QUEUE: environment variable matches no setting"
+		"DEDUPE_PROXY_APP_TIMOUT: environment variable matches no setting (did you mean DEDUPE_PROXY_APP_TIMEOUT?)\n" +
+		"DEDUPE_PROXY_SOURCES_1_RABBITMQ_QUEUE: environment variable matches no setting (did you mean DEDUPE_PROXY_SOURCES_0_RABBITMQ_QUEUE?)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("error:\n%v\nwant:\n%s", err, want)
 	}

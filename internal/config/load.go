@@ -131,8 +131,20 @@ func LoadWithOrigins(path string, environ []string) (*Config, Origins, error) {
 		}
 	}
 	sort.Strings(unknown)
+	var settingVars []string
+	if len(unknown) > 0 {
+		for _, p := range leafPaths(reflect.TypeOf(Config{}), "") {
+			settingVars = append(settingVars, envName(p))
+		}
+		for i := range list {
+			for _, p := range leafPaths(reflect.TypeOf(Source{}), "") {
+				settingVars = append(settingVars, envName(fmt.Sprintf("sources.%d.%s", i, p)))
+			}
+		}
+	}
 	for _, name := range unknown {
-		errs = append(errs, fmt.Errorf("%s: environment variable matches no setting", name))
+		hint := didYouMean(name, settingVars, func(v string) string { return v })
+		errs = append(errs, fmt.Errorf("%s: environment variable matches no setting%s", name, hint))
 	}
 
 	// Validate even when decoding failed: a field that did not decode kept
@@ -302,16 +314,20 @@ func unknownKeys(m map[string]any, t reflect.Type, prefix string, skip ...string
 	for _, k := range skip {
 		fields[k] = nil
 	}
-	var names []string
+	var names, known []string
 	for k := range m {
 		names = append(names, k)
+	}
+	for k := range fields {
+		known = append(known, k)
 	}
 	sort.Strings(names)
 	var out []error
 	for _, k := range names {
 		ft, ok := fields[k]
 		if !ok {
-			out = append(out, fmt.Errorf("%s: unknown field", joinPath(prefix, k)))
+			hint := didYouMean(k, known, func(f string) string { return joinPath(prefix, f) })
+			out = append(out, fmt.Errorf("%s: unknown field%s", joinPath(prefix, k), hint))
 			continue
 		}
 		if sub, isMap := m[k].(map[string]any); isMap && ft != nil && ft.Kind() == reflect.Struct {

@@ -127,16 +127,21 @@ func scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Valu
 
 func quoted(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
 
-// redactURL replaces a URL's password with Redacted; a URL that does
-// not parse is replaced whole, as it may hold one.
+// RedactedURLPassword stands for a URL's password in printed
+// configuration: the placeholder of url.URL.Redacted, which the logs use
+// too. Unlike Redacted it is valid in a URL's userinfo, so the printed
+// configuration still validates as it is.
+const RedactedURLPassword = "xxxxx"
+
+// redactURL replaces a URL's password with RedactedURLPassword; a URL
+// that does not parse is replaced whole, as it may hold one.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return Redacted
 	}
 	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), Redacted)
-		return strings.Replace(u.String(), url.QueryEscape(Redacted), Redacted, 1)
+		return u.Redacted()
 	}
 	return raw
 }
