@@ -1,15 +1,37 @@
 package main
 
-import (
-	"fmt"
-	"io"
-	"strings"
-)
+// overview is `dedupe-proxy help`: every command (a test keeps it so).
+const overview = `dedupe-proxy: consume from a broker, skip duplicates, forward the rest to your app.
 
-// commandHelp explains each command; `help CMD` and `CMD --help` print it.
-var commandHelp = map[string]string{
-	"run": `Usage: dedupe-proxy run --config FILE
+Usage:
+  dedupe-proxy run      --config FILE   run the proxy until SIGTERM/SIGINT
+  dedupe-proxy validate --config FILE   check a config file; exit 1 listing every error
+  dedupe-proxy config print --config FILE
+                                        show the effective config, secrets redacted, with
+                                        where each value came from (default, file, variable)
+  dedupe-proxy doctor   --config FILE   check Redis, the brokers, the app and the listeners
+                                        the config names; exit 1 on any failure
+  dedupe-proxy keys status KEY --config FILE [--space NAME]
+                                        show a message key: absent, inflight or done, and its TTL
+  dedupe-proxy keys forget KEY --config FILE [--space NAME]
+                                        forget a key so its next delivery is forwarded again
+                                        (--space: the source's key_space, by default its name;
+                                        needed when the config has several)
+  dedupe-proxy inject [-f FILE|-] [--image IMAGE]
+                                        add the sidecar to the Kubernetes workloads of a
+                                        manifest stream (stdin by default) whose pod template
+                                        is annotated dedupe-proxy.io/inject: "true"
+  dedupe-proxy version [-o json]        print the version, Go version and revision
+  dedupe-proxy completion bash|zsh|fish print a shell completion script
+  dedupe-proxy help COMMAND             explain a command (or: COMMAND --help)
 
+--config defaults to $DEDUPE_PROXY_CONFIG. Every setting can be overridden
+by an environment variable DEDUPE_PROXY_<PATH>, e.g. DEDUPE_PROXY_APP_URL.
+Exit status: 0 done, 1 failed (invalid config, failed check), 2 a command
+line the command cannot take.
+`
+
+const runHelp = `
 Run the proxy until SIGTERM or SIGINT: consume every source the config
 lists, claim each message's key in the seen-set, forward first-time
 messages to the app and ack the broker only after the app answered 2xx.
@@ -18,34 +40,34 @@ consuming, lets forwards in progress finish for shutdown_timeout, and
 gives back (requeues) whatever is left.
 
 It serves /healthz, /readyz and /metrics on admin.listen. Logs go to
-stderr (log.format json or text). Exit status 0 after a clean stop, 1 on
-an invalid config or a source that failed for good.
-
-Flags:
-  --config FILE   the config file (default $DEDUPE_PROXY_CONFIG)
+stderr (log.format json or text); the first line names every listener.
+Exit status 0 after a clean stop, 1 on an invalid config or a source
+that failed for good.
 
 Every setting can be overridden by DEDUPE_PROXY_<PATH>, e.g.
 DEDUPE_PROXY_APP_URL. Check a config first with validate, config print
 and doctor.
-`,
-	"validate": `Usage: dedupe-proxy validate --config FILE
+`
 
+const validateHelp = `
 Load the config file and the DEDUPE_PROXY_* variables, check every field
 and print warnings. Exit 1 listing every problem, each with its field path
-(and the variable, when one set it). Connects to nothing: see doctor.
-`,
-	"config": `Usage: dedupe-proxy config print --config FILE
+(and the variable, when one set it); an unknown field or variable names
+the nearest known one ("app.ulr: unknown field (did you mean app.url?)").
+Connects to nothing: see doctor.
+`
 
+const configHelp = `
 Print the effective configuration as YAML — every default filled in, the
 file and the DEDUPE_PROXY_* variables applied — each value followed by
 where it came from: "# default", "# file" or "# env DEDUPE_PROXY_…".
-Passwords, the admin token and SASL passwords print as <redacted>, and
-URLs lose their password; webhook secrets are printed as the references
-the file holds (env:NAME, file:PATH), never their values. Exit 1 on an
-invalid config.
-`,
-	"doctor": `Usage: dedupe-proxy doctor --config FILE
+Passwords, the admin token and SASL passwords print as <redacted>, and a
+URL's password as xxxxx; webhook secrets are printed as the references
+the file holds (env:NAME, file:PATH), never their values. The output is
+itself a valid config file. Exit 1 on an invalid config.
+`
 
+const doctorHelp = `
 Connect to everything the config names and print one line per check:
 Redis (reachable, version, maxmemory-policy, persistence), each RabbitMQ
 queue (exists, consumers, its dead-letter target), each Kafka topic and
@@ -55,16 +77,19 @@ address accepts connections). A warning does not fail; exit 1 when any
 check failed. Run it where the proxy will run, with the same config and
 variables, before the proxy starts: a running proxy holds the listener
 addresses.
-`,
-	"keys": `Usage: dedupe-proxy keys status|forget KEY --config FILE [--space NAME]
+`
 
+const keysHelp = `
 status shows a message key's state in the seen-set (absent, inflight or
 done) and its TTL. forget removes it, so the message's next delivery is
 forwarded again (a replay). --space is the source's key_space, by
-default its name; it is needed when the config has several.
-`,
-	"inject": `Usage: dedupe-proxy inject [-f FILE|-] [--image IMAGE] [-q]
+default its name; it is needed when the config has several. Flags may
+come before or after KEY; a key that starts with '-' goes after "--":
 
+  dedupe-proxy keys status --config config.yaml -- -12
+`
+
+const injectHelp = `
 Read Kubernetes manifests (one or many YAML documents; stdin by default)
 and write them back with the dedupe-proxy sidecar added to every Pod,
 Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob whose pod
@@ -75,37 +100,34 @@ dedupe-proxy), credentials Secrets, the image and a native sidecar. Every
 other document is written back unchanged, and injecting twice gives the
 same output. On an error (a bad annotation, or a field such as
 containers in a shape inject cannot edit) nothing is written to stdout
-and the exit status is 1.
+and the exit status is 1. A sidecar given the default image, which no
+registry publishes yet, is warned about in one line on stderr.
 
   kubectl apply -f <(dedupe-proxy inject -f app.yaml)
   helm install app ./chart --post-renderer dedupe-proxy --post-renderer-args inject
+`
 
-Flags:
-  -f FILE         the manifests (- or absent: stdin)
-  --image IMAGE   the proxy image where no annotation names one
-  -q              do not list the injected workloads on stderr
-`,
-	"version": `Usage: dedupe-proxy version
+const versionHelp = `
+Print the version, the Go version it was built with and the source
+revision (when the build recorded one). -o json prints them as one JSON
+object: {"version": ..., "goversion": ..., "revision": ...}, the labels
+of the dedupe_proxy_build_info metric.
+`
 
-Print the version and the Go version it was built with.
-`,
-}
+const completionHelp = `
+Print a completion script for bash, zsh or fish: commands, flags, the
+completion of --config to YAML files. Load it in the current shell, or
+install it for every new one:
 
-// help prints the overview, or one command's help.
-func help(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	text, ok := commandHelp[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "help: unknown command %q (one of %s)\n", args[0], strings.Join(commandNames(), ", "))
-		return 2
-	}
-	fmt.Fprint(stdout, text)
-	return 0
-}
+  bash:  source <(dedupe-proxy completion bash)
+         dedupe-proxy completion bash > /etc/bash_completion.d/dedupe-proxy
+  zsh:   dedupe-proxy completion zsh > "${fpath[1]}/_dedupe-proxy"
+  fish:  dedupe-proxy completion fish > ~/.config/fish/completions/dedupe-proxy.fish
 
-func commandNames() []string {
-	return []string{"run", "validate", "config", "doctor", "keys", "version"}
-}
+bash needs the bash-completion package.
+`
+
+const helpHelp = `
+Without COMMAND, list every command; with one, explain it (as COMMAND
+--help does).
+`

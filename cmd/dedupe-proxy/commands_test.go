@@ -19,7 +19,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
 	}
-	for _, cmd := range commandNames() {
+	for _, cmd := range commandNames(newRoot()) {
 		if code, out, _ := cli("help", cmd); code != 0 || !strings.HasPrefix(out, "Usage: dedupe-proxy "+cmd) {
 			t.Errorf("help %s: exit %d, %q", cmd, code, out)
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // runDoctor is `dedupe-proxy doctor`: exit 1 when any check failed.
-func runDoctor(cfg *config.Config, stdout io.Writer) int {
+func runDoctor(cfg *config.Config, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var r doctor.Report
@@ -21,7 +21,7 @@ func runDoctor(cfg *config.Config, stdout io.Writer) int {
 	r = append(r, doctor.Run(ctx, cfg, doctor.Options{})...)
 	r.Print(stdout)
 	if r.Failed() {
-		return 1
+		return exitCode(1)
 	}
-	return 0
+	return nil
 }

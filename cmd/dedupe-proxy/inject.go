@@ -1,63 +1,69 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/dedupe-proxy/dedupe-proxy/internal/inject"
 )
 
-// injectCmd is `dedupe-proxy inject`: manifests in, manifests out. It
+// injectCmd runs `dedupe-proxy inject args...` with stdin as its input.
+func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return execute(append([]string{"inject"}, args...), stdin, stdout, stderr)
+}
+
+// injectCommand is `dedupe-proxy inject`: manifests in, manifests out. It
 // writes nothing to stdout on error, so `kubectl apply -f <(...)` and a
 // Helm post-renderer fail instead of applying half a stream.
-func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("f", "-", "manifest file; - reads stdin")
-	image := fs.String("image", inject.DefaultImage, "proxy image for workloads without a "+inject.AnnotationImage+" annotation")
-	quiet := fs.Bool("q", false, "do not list the injected workloads on stderr")
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return help([]string{"inject"}, stdout, stderr)
+func injectCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:  "inject [-f FILE|-] [--image IMAGE] [-q]",
+		Long: injectHelp,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef(c, "inject: unexpected argument %q (use -f FILE)", args[0])
+			}
+			return nil
+		},
+	}
+	file := c.Flags().StringP("file", "f", "-", "the manifests `FILE` (- or absent: stdin)")
+	image := c.Flags().String("image", inject.DefaultImage, "the proxy `IMAGE` where no "+inject.AnnotationImage+" annotation names one")
+	quiet := c.Flags().BoolP("quiet", "q", false, "do not list the injected workloads on stderr")
+	_ = c.Flags().SetAnnotation("file", cobra.BashCompFilenameExt, []string{"yaml", "yml", "json"})
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		stdout, stderr := c.OutOrStdout(), c.ErrOrStderr()
+		var in []byte
+		var err error
+		if *file == "-" {
+			in, err = io.ReadAll(c.InOrStdin())
+		} else {
+			in, err = os.ReadFile(*file)
 		}
-		fmt.Fprintln(stderr, "see: dedupe-proxy help inject")
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "inject: unexpected argument %q (use -f FILE)\n", fs.Arg(0))
-		return 2
-	}
-	var in []byte
-	var err error
-	if *file == "-" {
-		in, err = io.ReadAll(stdin)
-	} else {
-		in, err = os.ReadFile(*file)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "inject: %v\n", err)
-		return 1
-	}
-	out, res, err := inject.Stream(in, inject.Options{Image: *image})
-	if err != nil {
-		fmt.Fprintf(stderr, "inject: %v\n", err)
-		return 1
-	}
-	if _, err := stdout.Write(out); err != nil {
-		fmt.Fprintf(stderr, "inject: %v\n", err)
-		return 1
-	}
-	if !*quiet {
-		list := "none"
-		if len(res.Injected) > 0 {
-			list = strings.Join(res.Injected, ", ")
+		if err != nil {
+			fmt.Fprintf(stderr, "inject: %v\n", err)
+			return exitCode(1)
 		}
-		fmt.Fprintf(stderr, "dedupe-proxy inject: %d document(s), sidecar in %d: %s\n", res.Documents, len(res.Injected), list)
+		out, res, err := inject.Stream(in, inject.Options{Image: *image})
+		if err != nil {
+			fmt.Fprintf(stderr, "inject: %v\n", err)
+			return exitCode(1)
+		}
+		if _, err := stdout.Write(out); err != nil {
+			fmt.Fprintf(stderr, "inject: %v\n", err)
+			return exitCode(1)
+		}
+		if !*quiet {
+			list := "none"
+			if len(res.Injected) > 0 {
+				list = strings.Join(res.Injected, ", ")
+			}
+			fmt.Fprintf(stderr, "dedupe-proxy inject: %d document(s), sidecar in %d: %s\n", res.Documents, len(res.Injected), list)
+		}
+		return nil
 	}
-	return 0
+	return c
 }

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/daemon"
+)
+
+// asCLI makes the test binary act as dedupe-proxy, so that a shell's
+// completion script can call it.
+const asCLI = "DEDUPE_PROXY_TEST_AS_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLI) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// every visits each command a user can type, subcommands included.
+func every(c *cobra.Command, visit func(*cobra.Command)) {
+	for _, s := range c.Commands() {
+		if s.IsAvailableCommand() {
+			visit(s)
+			every(s, visit)
+		}
+	}
+}
+
+// `CMD --help`, `CMD -h` and `help CMD` work for every command and
+// subcommand: exit 0, its usage line first, on stdout only.
+func TestEveryCommandHasHelp(t *testing.T) {
+	n := 0
+	every(newRoot(), func(c *cobra.Command) {
+		n++
+		path := strings.Fields(commandName(c))
+		for _, args := range [][]string{append(slices.Clone(path), "--help"), append(slices.Clone(path), "-h"), append([]string{"help"}, path...)} {
+			code, out, errOut := cli(args...)
+			if code != 0 || !strings.HasPrefix(out, "Usage: dedupe-proxy "+strings.Join(path, " ")) || errOut != "" {
+				t.Errorf("%v: exit %d, stderr %q, stdout:\n%s", args, code, errOut, out)
+			}
+			if strings.Contains(out, "consume from a broker") {
+				t.Errorf("%v: printed the tool's overview, not the command's help:\n%s", args, out)
+			}
+		}
+	})
+	if n < 11 { // 8 commands, config print, keys status and forget
+		t.Errorf("visited %d commands", n)
+	}
+	if code, out, _ := cli("help", "help"); code != 0 || !strings.HasPrefix(out, "Usage: dedupe-proxy help [COMMAND]") {
+		t.Errorf("help help: %d %q", code, out)
+	}
+}
+
+// `help` (and -h, --help) lists every command.
+func TestHelpListsEveryCommand(t *testing.T) {
+	names := append(commandNames(newRoot()), "help", "config print", "keys status", "keys forget")
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
+		code, out, _ := cli(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d", args, code)
+		}
+		for _, name := range names {
+			if !strings.Contains(out, "\n  dedupe-proxy "+name+" ") {
+				t.Errorf("%v does not list %s:\n%s", args, name, out)
+			}
+		}
+	}
+}
+
+// A command line a command cannot take: exit 2, one line saying why,
+// then that command's usage, not the whole tool's.
+func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
+	cfg := writeConfig(t, "consumer: c\nsources: [{name: orders, rabbitmq: {queue: orders}}]\n")
+	for _, c := range []struct {
+		args      []string
+		line      string // the first line
+		usageLine string // the second
+	}{
+		{[]string{"validate", "extra", "--config", cfg}, `validate: unexpected argument "extra"`, "Usage: dedupe-proxy validate --config FILE"},
+		{[]string{"validate"}, "validate: --config FILE is required (or set DEDUPE_PROXY_CONFIG)", "Usage: dedupe-proxy validate --config FILE"},
+		{[]string{"run", "--bogus"}, "run: unknown flag: --bogus", "Usage: dedupe-proxy run --config FILE"},
+		{[]string{"doctor", "--config"}, "doctor: flag needs an argument: --config", "Usage: dedupe-proxy doctor --config FILE"},
+		{[]string{"keys", "purge", "k", "--config", cfg}, "keys: want `keys status KEY` or `keys forget KEY`, got \"purge\"", "Usage: dedupe-proxy keys status|forget KEY --config FILE [--space NAME]"},
+		{[]string{"keys", "status", "a", "b", "--config", cfg}, "keys status: want one KEY, got 2 argument(s) (a key that starts with '-' goes after --)", "Usage: dedupe-proxy keys status KEY --config FILE [--space NAME]"},
+		{[]string{"config"}, "config: want `config print`", "Usage: dedupe-proxy config print --config FILE"},
+		{[]string{"config", "print", "x", "--config", cfg}, `config print: unexpected argument "x"`, "Usage: dedupe-proxy config print --config FILE"},
+		{[]string{"inject", "extra"}, `inject: unexpected argument "extra" (use -f FILE)`, "Usage: dedupe-proxy inject [-f FILE|-] [--image IMAGE] [-q]"},
+		{[]string{"version", "-o", "yaml"}, `version: -o must be text or json, got "yaml"`, "Usage: dedupe-proxy version [-o text|json]"},
+		{[]string{"completion", "powershell"}, `completion: want one shell, bash, zsh or fish, got "powershell"`, "Usage: dedupe-proxy completion bash|zsh|fish"},
+		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, run, validate, version)`, "Usage: dedupe-proxy help [COMMAND]"},
+		{[]string{"frobnicate", "--config", cfg}, `dedupe-proxy: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, run, validate, version)`, "Run 'dedupe-proxy help' for the commands."},
+	} {
+		code, out, errOut := cli(c.args...)
+		lines := strings.Split(errOut, "\n")
+		if code != 2 || out != "" || len(lines) < 2 || lines[0] != c.line || lines[1] != c.usageLine {
+			t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant exit 2, then:\n%s\n%s", c.args, code, out, errOut, c.line, c.usageLine)
+		}
+		if strings.Contains(errOut, "consume from a broker") || strings.Count(errOut, "Usage:") > 1 {
+			t.Errorf("%v: not one usage, the command's:\n%s", c.args, errOut)
+		}
+	}
+}
+
+// A mistyped command is answered with the nearest one, at every level.
+func TestDidYouMeanCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"valdate"}, `dedupe-proxy: unknown command "valdate"; did you mean validate?`},
+		{[]string{"docter", "--config", "x.yaml"}, `dedupe-proxy: unknown command "docter"; did you mean doctor?`},
+		{[]string{"verison"}, `dedupe-proxy: unknown command "verison"; did you mean version?`},
+		{[]string{"help", "injet"}, `help: unknown command "injet"; did you mean inject?`},
+		{[]string{"keys", "stauts", "k"}, "keys: want `keys status KEY` or `keys forget KEY`, got \"stauts\"; did you mean status?"},
+		{[]string{"config", "prnt"}, "config: want `config print`, got \"prnt\"; did you mean print?"},
+	} {
+		code, _, errOut := cli(c.args...)
+		if code != 2 || !strings.HasPrefix(errOut, c.want+"\n") {
+			t.Errorf("%v: exit %d, stderr:\n%s\nwant first line %s", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+func TestVersionJSON(t *testing.T) {
+	for _, args := range [][]string{{"version", "-o", "json"}, {"version", "--output=json"}} {
+		code, out, errOut := cli(args...)
+		var v map[string]string
+		if code != 0 || errOut != "" || json.Unmarshal([]byte(out), &v) != nil || !strings.HasSuffix(out, "}\n") {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+		if v["version"] != daemon.Version || v["goversion"] != runtime.Version() || len(v) != 3 {
+			t.Errorf("%v = %v, want version %s, goversion %s and revision", args, v, daemon.Version, runtime.Version())
+		}
+		if _, ok := v["revision"]; !ok {
+			t.Errorf("%v: no revision in %v", args, v)
+		}
+	}
+	for _, args := range [][]string{{"version"}, {"version", "-o", "text"}, {"--version"}, {"-v"}} {
+		if code, out, _ := cli(args...); code != 0 || !strings.HasPrefix(out, "dedupe-proxy "+daemon.Version+" ("+runtime.Version()) {
+			t.Errorf("%v: exit %d, %q", args, code, out)
+		}
+	}
+}
+
+// The spellings of Go's flag package, which the command line used to be
+// parsed with, still work.
+func TestGoFlagSpellings(t *testing.T) {
+	cfg := writeConfig(t, "consumer: c\nsources: [{name: orders, rabbitmq: {queue: orders}}]\n")
+	for _, args := range [][]string{
+		{"validate", "-config", cfg},
+		{"validate", "-config=" + cfg},
+		{"validate", "--config=" + cfg},
+		{"config", "--config", cfg, "print"},
+	} {
+		if code, _, errOut := cli(args...); code != 0 {
+			t.Errorf("%v: exit %d, %s", args, code, errOut)
+		}
+	}
+	golden := filepath.Join("..", "..", "internal", "inject", "testdata", "pod.in.yaml")
+	for _, args := range [][]string{{"inject", "--f", golden, "--q"}, {"inject", "-f=" + golden, "-q"}, {"inject", "--file", golden, "--quiet", "-image", "example.com/dp:1"}} {
+		code, out, errOut := cli(args...)
+		if code != 0 || !strings.Contains(out, "dedupe-proxy") || strings.Contains(errOut, "document(s)") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	if got := goFlagStyle([]string{"keys", "status", "--", "-config"}); got[3] != "-config" {
+		t.Errorf("a key after -- was rewritten: %v", got)
+	}
+}
+
+// What the shells' completion scripts ask the binary (`__complete`).
+func TestCompletionAnswers(t *testing.T) {
+	for _, c := range []struct {
+		line []string
+		want []string
+	}{
+		{[]string{""}, []string{"completion", "config", "doctor", "help", "inject", "keys", "run", "validate", "version"}},
+		{[]string{"val"}, []string{"validate"}},
+		{[]string{"keys", ""}, []string{"forget", "status"}},
+		{[]string{"config", ""}, []string{"print"}},
+		{[]string{"run", "--con"}, []string{"--config"}},
+		{[]string{"keys", "status", "--sp"}, []string{"--space"}},
+		{[]string{"completion", ""}, []string{"bash", "zsh", "fish"}},
+		{[]string{"version", "-o", ""}, []string{"json", "text"}},
+		{[]string{"help", "d"}, []string{"doctor"}},
+	} {
+		code, out, _ := cli(append([]string{cobra.ShellCompNoDescRequestCmd}, c.line...)...)
+		var got []string
+		for _, l := range strings.Split(out, "\n") {
+			if l != "" && !strings.HasPrefix(l, ":") {
+				got = append(got, l)
+			}
+		}
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(c.want))
+		if code != 0 || !slices.Equal(got, want) {
+			t.Errorf("complete %q: exit %d, %q, want %q", c.line, code, got, want)
+		}
+	}
+}
+
+// The scripts themselves, loaded into the real shells, with the test
+// binary standing in as dedupe-proxy on PATH.
+func TestCompletionScripts(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		code, out, errOut := cli("completion", sh)
+		if code != 0 || errOut != "" || !strings.Contains(out, "dedupe-proxy") || !strings.Contains(out, "__complete") {
+			t.Fatalf("completion %s: exit %d, stderr %q", sh, code, errOut)
+		}
+	}
+	bin := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := "#!/bin/sh\n" + asCLI + "=1 exec '" + self + "' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "dedupe-proxy"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	shell := func(t *testing.T, name string, args ...string) string {
+		t.Helper()
+		if _, err := exec.LookPath(name); err != nil {
+			t.Skipf("%s is not installed", name)
+		}
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		return string(out)
+	}
+
+	t.Run("bash", func(t *testing.T) {
+		const lib = "/usr/share/bash-completion/bash_completion"
+		if _, err := os.Stat(lib); err != nil {
+			t.Skip("the bash-completion package is not installed")
+		}
+		script := `source ` + lib + `
+source <(dedupe-proxy completion bash)
+complete_line() {
+  COMP_LINE="$1"; COMP_POINT=${#COMP_LINE}; read -ra COMP_WORDS <<<"$1"
+  [[ "$1" == *" " ]] && COMP_WORDS+=("")
+  COMP_CWORD=$((${#COMP_WORDS[@]}-1)); COMPREPLY=()
+  __start_dedupe-proxy dedupe-proxy "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" 2>/dev/null
+  echo "$1 => ${COMPREPLY[*]}"
+}
+complete_line "dedupe-proxy val"
+complete_line "dedupe-proxy keys "
+complete_line "dedupe-proxy run --con"
+complete_line "dedupe-proxy version -o "
+`
+		out := shell(t, "bash", "-c", script)
+		for _, want := range []string{
+			"dedupe-proxy val => validate\n",
+			"dedupe-proxy keys  => forget status\n",
+			"dedupe-proxy run --con => --config\n",
+			"dedupe-proxy version -o  => text json\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("missing %q in:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("fish", func(t *testing.T) {
+		out := shell(t, "fish", "--no-config", "-c",
+			`dedupe-proxy completion fish | source; complete -C "dedupe-proxy val"; echo ---; complete -C "dedupe-proxy keys "`)
+		if out != "validate\n---\nforget\nstatus\n" {
+			t.Errorf("fish completed:\n%s", out)
+		}
+	})
+	t.Run("zsh", func(t *testing.T) {
+		// zsh completes only in an interactive line editor; what can be
+		// checked here is that the script parses and defines its function.
+		out := shell(t, "zsh", "-f", "-c",
+			`autoload -Uz compinit && compinit -u -D; source <(dedupe-proxy completion zsh); whence -w _dedupe-proxy`)
+		if out != "_dedupe-proxy: function\n" {
+			t.Errorf("zsh: %q", out)
+		}
+	})
+}
