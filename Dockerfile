@@ -1,6 +1,6 @@
 # dedupe-proxy image: a static binary on distroless, running as nonroot (65532).
 #
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t dedupe-proxy .
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg REVISION=$(git rev-parse HEAD) -t dedupe-proxy .
 #   docker build --target demoapp -t dedupe-proxy-demoapp .    # the demo app (docker-compose.yml)
 #
 # The binary is built by `make build`, the same command as on a laptop and in
@@ -15,7 +15,8 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN make build VERSION=$VERSION
+ARG REVISION=
+RUN make build VERSION=$VERSION REVISION=$REVISION
 
 # --- demoapp: the small HTTP app of the local trial, not the product. BuildKit
 # (Docker's default builder) builds it only when `--target demoapp` asks.

@@ -1,7 +1,10 @@
 # dedupe-proxy — run `make help` for the targets.
 SHELL := /bin/bash
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/dedupe-proxy/dedupe-proxy/internal/daemon.Version=$(VERSION)
+# The commit, for `version` and dedupe_proxy_build_info; .goreleaser.yaml
+# passes the same two -X flags.
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -s -w -X github.com/dedupe-proxy/dedupe-proxy/internal/daemon.Version=$(VERSION) -X github.com/dedupe-proxy/dedupe-proxy/internal/buildinfo.Revision=$(REVISION)
 BIN := bin/dedupe-proxy
 # The whole suite against the local RabbitMQ and Redis; the README's test command.
 TEST_FLAGS ?= -race -count=1 -timeout 30m

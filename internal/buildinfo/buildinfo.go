@@ -10,6 +10,11 @@ import (
 	"runtime/debug"
 )
 
+// Revision is the source revision, set by the linker (-X) at build time
+// as the Makefile and the release do; empty: the one the go command
+// recorded from the checkout, if any.
+var Revision = ""
+
 // Info is one build's identity.
 type Info struct {
 	Version   string `json:"version"`
@@ -26,7 +31,7 @@ func Get(linkerVersion string) Info {
 
 // FromBuildInfo is Get for a given debug.BuildInfo (nil: none).
 func FromBuildInfo(linkerVersion string, bi *debug.BuildInfo) Info {
-	info := Info{Version: linkerVersion, GoVersion: runtime.Version()}
+	info := Info{Version: linkerVersion, GoVersion: runtime.Version(), Revision: Revision}
 	if bi == nil {
 		return info
 	}
@@ -35,6 +40,9 @@ func FromBuildInfo(linkerVersion string, bi *debug.BuildInfo) Info {
 	}
 	if (info.Version == "" || info.Version == "dev") && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		info.Version = bi.Main.Version
+	}
+	if info.Revision != "" {
+		return info
 	}
 	modified := false
 	for _, s := range bi.Settings {

@@ -31,4 +31,14 @@ func TestFromBuildInfo(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
+	// A revision set by the linker wins over the checkout's.
+	Revision = "0123456789abcdef"
+	defer func() { Revision = "" }()
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Settings: vcs("abc1234def", "true")}
+	if got := FromBuildInfo("v0.1.0", bi); got.Revision != "0123456789abcdef" {
+		t.Errorf("linker revision: %+v", got)
+	}
+	if got := FromBuildInfo("v0.1.0", nil); got.Revision != "0123456789abcdef" {
+		t.Errorf("linker revision without build info: %+v", got)
+	}
 }

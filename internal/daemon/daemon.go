@@ -22,6 +22,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	kafkasrc "github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/buildinfo"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
@@ -104,6 +105,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	d.metrics = metrics.New(d.reg)
+	metrics.RegisterBuildInfo(d.reg, buildinfo.Get(Version))
 	if d.store == nil {
 		st, err := NewStore(cfg)
 		if err != nil {
@@ -355,6 +357,27 @@ func (d *Daemon) checks(ctx context.Context) []check {
 	return cs
 }
 
+// listeners are the start line's names of every address the proxy
+// listens on: "admin" (its bound address, or "off"), then for each
+// webhook source a group with its listen address and path.
+func (d *Daemon) listeners() []any {
+	admin := "off"
+	if d.adminLn != nil {
+		admin = d.adminLn.Addr().String()
+	}
+	out := []any{slog.String("admin", admin)}
+	var hooks []any
+	for _, s := range d.cfg.Sources {
+		if s.Type == "webhook" {
+			hooks = append(hooks, slog.Group(s.Name, "listen", s.Webhook.Listen, "path", s.Webhook.Path))
+		}
+	}
+	if len(hooks) > 0 {
+		out = append(out, slog.Group("webhooks", hooks...))
+	}
+	return out
+}
+
 func (d *Daemon) observeStore(op string, start time.Time, err error) {
 	d.metrics.StoreDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -370,8 +393,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startAdmin(); err != nil {
 		return errors.Join(err, d.closeStore())
 	}
-	d.log.Info("dedupe-proxy starting", "version", Version, "consumer", d.cfg.Consumer, "sources", len(d.sources),
-		"seenset", d.cfg.SeenSet.Backend, "app", redactURL(d.cfg.App.URL))
+	d.log.Info("dedupe-proxy starting", append([]any{"version", buildinfo.Get(Version).Version, "consumer", d.cfg.Consumer,
+		"sources", len(d.sources), "seenset", d.cfg.SeenSet.Backend, "app", redactURL(d.cfg.App.URL)}, d.listeners()...)...)
 	d.durable.start()
 
 	healthDone := make(chan struct{})
