@@ -56,6 +56,11 @@ func injectCommand() *cobra.Command {
 			fmt.Fprintf(stderr, "inject: %v\n", err)
 			return exitCode(1)
 		}
+		if n := len(res.Unpublished); n > 0 {
+			// Even with -q: without it the pods never start.
+			fmt.Fprintf(stderr, "dedupe-proxy inject: warning: %s is not published yet, so %d sidecar(s) cannot pull their image: build it from the repository's Dockerfile, push it and pass --image (or annotate %s)\n",
+				inject.DefaultRepository, n, inject.AnnotationImage)
+		}
 		if !*quiet {
 			list := "none"
 			if len(res.Injected) > 0 {

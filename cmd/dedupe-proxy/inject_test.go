@@ -29,6 +29,23 @@ func TestInjectCommand(t *testing.T) {
 		}
 	}
 
+	// The default image, which no registry publishes yet, is warned
+	// about in one line, -q or not; an image of one's own is not.
+	const warning = "dedupe-proxy inject: warning: ghcr.io/dedupe-proxy/dedupe-proxy is not published yet, so 1 sidecar(s) cannot pull their image: " +
+		"build it from the repository's Dockerfile, push it and pass --image (or annotate dedupe-proxy.io/image)\n"
+	for _, args := range [][]string{nil, {"-q"}, {"--image", "ghcr.io/dedupe-proxy/dedupe-proxy:0.2.0"}} {
+		var out, errb bytes.Buffer
+		if code := injectCmd(args, bytes.NewReader(in), &out, &errb); code != 0 || strings.Count(errb.String(), warning) != 1 {
+			t.Errorf("inject %v: exit %d, stderr %q, want the warning once", args, code, errb.String())
+		}
+	}
+	{
+		var out, errb bytes.Buffer
+		if code := injectCmd([]string{"--image", "registry.example.com/dedupe-proxy:v9"}, bytes.NewReader(in), &out, &errb); code != 0 || strings.Contains(errb.String(), "warning") {
+			t.Errorf("inject --image of one's own: exit %d, stderr %q", code, errb.String())
+		}
+	}
+
 	// Through run, as the binary is called.
 	code, _, errOut := cli("inject", "-f", filepath.Join(golden, "nope.yaml"))
 	if code != 1 || !strings.Contains(errOut, "nope.yaml") {

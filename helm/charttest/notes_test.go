@@ -48,26 +48,42 @@ func TestNotes(t *testing.T) {
 	for _, want := range []string{
 		// A refused connection waits; it never dead-letters.
 		"never count towards\ndelivery.max_attempts, so nothing is dead-lettered for it",
-		"WARNING: the default proxy image ghcr.io/dedupe-proxy/dedupe-proxy:0.1.0 is not\npublished",
-		"Build it from the repository's Dockerfile",
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lacks %q:\n%s", want, notes)
 		}
 	}
+	// The unpublished image: one line, whole.
+	if !hasLine(notes, "WARNING: the proxy image ghcr.io/dedupe-proxy/dedupe-proxy:0.1.0 is not published yet, so pods cannot pull it: "+
+		"build it from the repository's Dockerfile, push it and set proxy.image.") {
+		t.Errorf("NOTES lack the one-line image warning:\n%s", notes)
+	}
 	if strings.Contains(notes, "dead-lettered after") || strings.Contains(notes, "enableServiceLinks") {
 		t.Errorf("NOTES repeats a stale claim:\n%s", notes)
 	}
 	own := renderNotes(t, "--set", "proxy.image.repository=registry.example.com/dedupe-proxy", "--set", "config.app.health_url=/healthz")
-	if strings.Contains(own, "not\npublished") || strings.Contains(own, "health_url is not set") {
+	if strings.Contains(own, "not published yet") || strings.Contains(own, "health_url is not set") {
 		t.Errorf("NOTES warns about settings that are fine:\n%s", own)
 	}
 	shared := renderNotes(t, "--set", "mode=shared", "--set", "fullnameOverride=orders-proxy")
+	if !hasLine(shared, "WARNING: the proxy image ghcr.io/dedupe-proxy/dedupe-proxy:0.1.0 is not published yet, so pods cannot pull it: "+
+		"build it from the repository's Dockerfile, push it and pass it to inject (--image, or annotate dedupe-proxy.io/image).") {
+		t.Errorf("mode shared NOTES lack the one-line image warning:\n%s", shared)
+	}
 	for _, want := range []string{"mode shared", `dedupe-proxy.io/inject: "true"`, "dedupe-proxy.io/config: orders-proxy", "--post-renderer dedupe-proxy --post-renderer-args inject"} {
 		if !strings.Contains(shared, want) {
 			t.Errorf("mode shared NOTES lack %q:\n%s", want, shared)
 		}
 	}
+}
+
+func hasLine(text, line string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if l == line {
+			return true
+		}
+	}
+	return false
 }
 
 // TestAppKeepsImageCmd: by default the chart sets neither command nor

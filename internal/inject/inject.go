@@ -66,8 +66,12 @@ const (
 	ConfigFile       = "config.yaml"
 	AdminPortName    = "proxy-admin"
 	DefaultAdminPort = 9090
+	// DefaultRepository is the chart's proxy.image.repository. No
+	// registry publishes it yet: Result.Unpublished lists the workloads
+	// given an image of it, for the command to warn about.
+	DefaultRepository = "ghcr.io/dedupe-proxy/dedupe-proxy"
 	// DefaultImage is the chart's proxy.image.repository:appVersion.
-	DefaultImage = "ghcr.io/dedupe-proxy/dedupe-proxy:0.1.0"
+	DefaultImage = DefaultRepository + ":0.1.0"
 	// DefaultConfigMap is the ConfigMap of a workload without a
 	// dedupe-proxy.io/config annotation: the one the chart renders in mode
 	// shared as release dedupe-proxy (its fullname). So the single
@@ -99,6 +103,10 @@ type Result struct {
 	Documents int
 	// Injected names each injected workload as Kind/namespace/name.
 	Injected []string
+	// Unpublished names the injected workloads whose sidecar runs an
+	// image of DefaultRepository, which no registry publishes yet: their
+	// pods cannot pull it.
+	Unpublished []string
 }
 
 // Stream reads a multi-document YAML stream and returns it with the
@@ -156,7 +164,14 @@ func Stream(in []byte, o Options) ([]byte, Result, error) {
 			return nil, res, fmt.Errorf("document %d (line %d): %w", i+1, c.line, err)
 		}
 	}
+	res.Unpublished = s.unpublished
 	return out.Bytes(), res, nil
+}
+
+// Unpublished says whether image is one of DefaultRepository, which no
+// registry publishes yet.
+func Unpublished(image string) bool {
+	return image == DefaultRepository || strings.HasPrefix(image, DefaultRepository+":") || strings.HasPrefix(image, DefaultRepository+"@")
 }
 
 // chunk is one document's text: the "---" line that opened it (if any)
@@ -265,8 +280,9 @@ func each(doc *yaml.Node, f func(*yaml.Node)) {
 }
 
 type stream struct {
-	o          Options
-	configMaps map[string]*yaml.Node // "namespace/name" -> data mapping
+	o           Options
+	configMaps  map[string]*yaml.Node // "namespace/name" -> data mapping
+	unpublished []string              // Result.Unpublished
 }
 
 func (s *stream) collect(obj *yaml.Node) {
@@ -361,6 +377,9 @@ func (s *stream) workload(obj *yaml.Node) (bool, error) {
 	}
 	if err := s.apply(meta, spec, p, at, path); err != nil {
 		return false, fmt.Errorf("%s: %w", name, err)
+	}
+	if Unpublished(p.image) {
+		s.unpublished = append(s.unpublished, name)
 	}
 	return true, nil
 }

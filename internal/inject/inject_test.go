@@ -285,3 +285,40 @@ func TestDefaultConfigMap(t *testing.T) {
 		t.Errorf("the annotation's ConfigMap lost to the default:\n%s", named)
 	}
 }
+
+// Result.Unpublished lists exactly the workloads whose sidecar got an
+// image of DefaultRepository: not another one named by the option or an
+// annotation.
+func TestUnpublishedImage(t *testing.T) {
+	src, _ := os.ReadFile("testdata/pod.in.yaml")
+	_, res, err := Stream(src, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Unpublished) != 1 || res.Unpublished[0] != res.Injected[0] {
+		t.Errorf("default image: Unpublished = %v, Injected = %v", res.Unpublished, res.Injected)
+	}
+	if _, res, _ := Stream(src, Options{Image: "registry.example.com/dedupe-proxy:v9"}); len(res.Unpublished) != 0 {
+		t.Errorf("--image: Unpublished = %v", res.Unpublished)
+	}
+	if _, res, _ := Stream(src, Options{Image: DefaultRepository + ":0.2.0"}); len(res.Unpublished) != 1 {
+		t.Errorf("--image of the default repository: Unpublished = %v", res.Unpublished)
+	}
+	for image, want := range map[string]bool{
+		DefaultImage: true, DefaultRepository: true, DefaultRepository + "@sha256:00": true,
+		DefaultRepository + "-fork:1": false, "registry.example.com/" + DefaultRepository + ":1": false,
+	} {
+		if Unpublished(image) != want {
+			t.Errorf("Unpublished(%q) = %v", image, !want)
+		}
+	}
+	stream := withAnnotations(`dedupe-proxy.io/inject: "true"`) + "---\n" +
+		strings.Replace(withAnnotations(`dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/image: "registry.example.com/dp:1"`), "name: orders", "name: billing", 1)
+	_, res, err = Stream([]byte(stream), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Injected) != 2 || len(res.Unpublished) != 1 || res.Unpublished[0] != "Deployment/orders" {
+		t.Errorf("one annotated image of two: Injected %v, Unpublished %v", res.Injected, res.Unpublished)
+	}
+}
