@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/inject"
+)
+
+// goreleaser is the part of GoReleaser's configuration .goreleaser.yaml
+// uses, decoded strictly: a key this test does not know (a typo, or one
+// added without a look here) fails it. `goreleaser check` is the tool's
+// own check; make release-check runs it where goreleaser is installed.
+type goreleaser struct {
+	Version     int    `yaml:"version"`
+	ProjectName string `yaml:"project_name"`
+	Builds      []struct {
+		ID           string   `yaml:"id"`
+		Main         string   `yaml:"main"`
+		Binary       string   `yaml:"binary"`
+		Env          []string `yaml:"env"`
+		Goos         []string `yaml:"goos"`
+		Goarch       []string `yaml:"goarch"`
+		Flags        []string `yaml:"flags"`
+		Ldflags      []string `yaml:"ldflags"`
+		ModTimestamp string   `yaml:"mod_timestamp"`
+	} `yaml:"builds"`
+	Archives []struct {
+		ID           string   `yaml:"id"`
+		IDs          []string `yaml:"ids"`
+		Formats      []string `yaml:"formats"`
+		NameTemplate string   `yaml:"name_template"`
+		Files        []string `yaml:"files"`
+	} `yaml:"archives"`
+	Checksum struct {
+		NameTemplate string `yaml:"name_template"`
+	} `yaml:"checksum"`
+	Dockers []struct {
+		ID                 string   `yaml:"id"`
+		IDs                []string `yaml:"ids"`
+		Goos               string   `yaml:"goos"`
+		Goarch             string   `yaml:"goarch"`
+		Dockerfile         string   `yaml:"dockerfile"`
+		Use                string   `yaml:"use"`
+		ImageTemplates     []string `yaml:"image_templates"`
+		BuildFlagTemplates []string `yaml:"build_flag_templates"`
+		ExtraFiles         []string `yaml:"extra_files"`
+	} `yaml:"dockers"`
+	DockerManifests []struct {
+		NameTemplate   string   `yaml:"name_template"`
+		ImageTemplates []string `yaml:"image_templates"`
+	} `yaml:"docker_manifests"`
+	Changelog struct {
+		Disable bool `yaml:"disable"`
+	} `yaml:"changelog"`
+	Release struct {
+		GitHub struct {
+			Owner string `yaml:"owner"`
+			Name  string `yaml:"name"`
+		} `yaml:"github"`
+		Draft bool `yaml:"draft"`
+	} `yaml:"release"`
+	Snapshot struct {
+		VersionTemplate string `yaml:"version_template"`
+	} `yaml:"snapshot"`
+}
+
+var root = filepath.Join("..", "..")
+
+func readRoot(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// makeVar is the value of a `NAME := value` or `NAME ?= value` line.
+func makeVar(t *testing.T, makefile, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + name + ` [:?]= (.*)$`).FindStringSubmatch(makefile)
+	if m == nil {
+		t.Fatalf("Makefile has no %s", name)
+	}
+	return m[1]
+}
+
+// The release builds what `make build` builds: the same command, flags
+// and -X values, for linux and darwin on amd64 and arm64, and the image
+// inject and the chart write, from the Dockerfile.
+func TestReleaseConfig(t *testing.T) {
+	var g goreleaser
+	dec := yaml.NewDecoder(strings.NewReader(readRoot(t, ".goreleaser.yaml")))
+	dec.KnownFields(true)
+	if err := dec.Decode(&g); err != nil {
+		t.Fatalf(".goreleaser.yaml: %v", err)
+	}
+	if g.Version != 2 || g.ProjectName != "dedupe-proxy" || len(g.Builds) != 1 {
+		t.Fatalf("want GoReleaser v2, project dedupe-proxy, one build: %+v", g)
+	}
+
+	b := g.Builds[0]
+	makefile := readRoot(t, "Makefile")
+	build := regexp.MustCompile(`(?m)^build:.*\n\t(.*)$`).FindStringSubmatch(makefile)
+	if build == nil {
+		t.Fatal("Makefile has no build recipe")
+	}
+	// CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/dedupe-proxy
+	if !strings.HasPrefix(build[1], "CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' ") || !strings.HasSuffix(build[1], " ./cmd/dedupe-proxy") {
+		t.Fatalf("make build is %q: update this test and .goreleaser.yaml together", build[1])
+	}
+	if b.Main != "./cmd/dedupe-proxy" || b.Binary != "dedupe-proxy" || !slices.Equal(b.Env, []string{"CGO_ENABLED=0"}) || !slices.Equal(b.Flags, []string{"-trimpath"}) {
+		t.Errorf("build differs from make build: %+v", b)
+	}
+	if !slices.Equal(b.Goos, []string{"linux", "darwin"}) || !slices.Equal(b.Goarch, []string{"amd64", "arm64"}) {
+		t.Errorf("build targets %v × %v, want linux, darwin × amd64, arm64", b.Goos, b.Goarch)
+	}
+	want := strings.NewReplacer("$(VERSION)", "{{ .Summary }}", "$(REVISION)", "{{ .FullCommit }}").Replace(makeVar(t, makefile, "LDFLAGS"))
+	if len(b.Ldflags) != 1 || b.Ldflags[0] != want {
+		t.Errorf("ldflags %q, want the Makefile's: %q", b.Ldflags, want)
+	}
+	// .Summary is what the Makefile's VERSION is.
+	if v := makeVar(t, makefile, "VERSION"); !strings.Contains(v, "git describe --tags --always --dirty") {
+		t.Errorf("Makefile VERSION is %q, no longer GoReleaser's .Summary", v)
+	}
+	if v := makeVar(t, makefile, "REVISION"); !strings.Contains(v, "git rev-parse HEAD") {
+		t.Errorf("Makefile REVISION is %q, no longer GoReleaser's .FullCommit", v)
+	}
+
+	if len(g.Archives) != 1 || !slices.Equal(g.Archives[0].IDs, []string{b.ID}) {
+		t.Fatalf("archives: %+v", g.Archives)
+	}
+	for _, f := range g.Archives[0].Files {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Errorf("archive file %s: %v", f, err)
+		}
+	}
+
+	// The image: the Dockerfile, for both Linux architectures, named as
+	// inject and the chart name it (DefaultRepository:<chart appVersion>,
+	// which {{ .Version }} is for tag v<appVersion>).
+	dockerignore := readRoot(t, ".dockerignore")
+	var arches []string
+	for _, d := range g.Dockers {
+		arches = append(arches, d.Goarch)
+		if d.Dockerfile != "Dockerfile" || d.Goos != "linux" || !slices.Equal(d.IDs, []string{b.ID}) || d.Use != "buildx" {
+			t.Errorf("docker %s: %+v", d.ID, d)
+		}
+		if !slices.Equal(d.ImageTemplates, []string{inject.DefaultRepository + ":{{ .Version }}-" + d.Goarch}) {
+			t.Errorf("docker %s images %v", d.ID, d.ImageTemplates)
+		}
+		for _, f := range []string{"--platform=linux/" + d.Goarch, "--build-arg=VERSION={{ .Summary }}", "--build-arg=REVISION={{ .FullCommit }}"} {
+			if !slices.Contains(d.BuildFlagTemplates, f) {
+				t.Errorf("docker %s lacks %s", d.ID, f)
+			}
+		}
+		// The Dockerfile runs make build on the sources: the context
+		// holds what .dockerignore says that needs.
+		for _, f := range []string{"go.mod", "go.sum", "Makefile", "cmd", "internal", "tools"} {
+			if !slices.Contains(d.ExtraFiles, f) {
+				t.Errorf("docker %s: extra_files lack %s", d.ID, f)
+			}
+		}
+		for _, f := range d.ExtraFiles {
+			if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+				t.Errorf("docker %s extra file %s: %v", d.ID, f, err)
+			}
+			if slices.Contains(strings.Fields(dockerignore), f) {
+				t.Errorf("docker %s: extra file %s is in .dockerignore", d.ID, f)
+			}
+		}
+	}
+	if !slices.Equal(arches, []string{"amd64", "arm64"}) {
+		t.Errorf("images for %v, want amd64 and arm64", arches)
+	}
+	if len(g.DockerManifests) != 1 || g.DockerManifests[0].NameTemplate != inject.DefaultRepository+":{{ .Version }}" ||
+		!slices.Equal(g.DockerManifests[0].ImageTemplates, []string{g.Dockers[0].ImageTemplates[0], g.Dockers[1].ImageTemplates[0]}) {
+		t.Errorf("docker_manifests: %+v", g.DockerManifests)
+	}
+	dockerfile := readRoot(t, "Dockerfile")
+	for _, want := range []string{"ARG VERSION=", "ARG REVISION=", "RUN make build VERSION=$VERSION REVISION=$REVISION"} {
+		if !strings.Contains(dockerfile, want) {
+			t.Errorf("the Dockerfile lacks %q: the build args would not reach make build", want)
+		}
+	}
+	if inject.DefaultImage != inject.DefaultRepository+":"+chartAppVersion(t) {
+		t.Errorf("inject.DefaultImage %s is not the chart's %s:%s", inject.DefaultImage, inject.DefaultRepository, chartAppVersion(t))
+	}
+}
+
+func chartAppVersion(t *testing.T) string {
+	m := regexp.MustCompile(`(?m)^appVersion: "?([^"\n]+)"?$`).FindStringSubmatch(readRoot(t, filepath.Join("helm", "dedupe-proxy", "Chart.yaml")))
+	if m == nil {
+		t.Fatal("Chart.yaml has no appVersion")
+	}
+	return m[1]
+}
+
+// `go install github.com/dedupe-proxy/dedupe-proxy/cmd/dedupe-proxy@latest`
+// works: the module path is the repository's, this directory is its
+// cmd/dedupe-proxy, and go.mod has no replace or exclude directive (go
+// install pkg@version refuses a module that has one).
+func TestGoInstallPath(t *testing.T) {
+	gomod := readRoot(t, "go.mod")
+	if !strings.HasPrefix(gomod, "module github.com/dedupe-proxy/dedupe-proxy\n") {
+		t.Errorf("go.mod module line: %q", strings.SplitN(gomod, "\n", 2)[0])
+	}
+	for _, l := range strings.Split(gomod, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "replace" || f[0] == "exclude") {
+			t.Errorf("go.mod has %q: go install ...@latest would refuse the module", l)
+		}
+	}
+	wd, _ := os.Getwd()
+	if filepath.Base(wd) != "dedupe-proxy" || filepath.Base(filepath.Dir(wd)) != "cmd" {
+		t.Errorf("the command is not in cmd/dedupe-proxy: %s", wd)
+	}
+	main, _ := os.ReadFile("main.go")
+	if !bytes.Contains(main, []byte("\npackage main\n")) {
+		t.Error("cmd/dedupe-proxy is not package main")
+	}
+}
