@@ -357,27 +357,6 @@ func (d *Daemon) checks(ctx context.Context) []check {
 	return cs
 }
 
-// listeners are the start line's names of every address the proxy
-// listens on: "admin" (its bound address, or "off"), then for each
-// webhook source a group with its listen address and path.
-func (d *Daemon) listeners() []any {
-	admin := "off"
-	if d.adminLn != nil {
-		admin = d.adminLn.Addr().String()
-	}
-	out := []any{slog.String("admin", admin)}
-	var hooks []any
-	for _, s := range d.cfg.Sources {
-		if s.Type == "webhook" {
-			hooks = append(hooks, slog.Group(s.Name, "listen", s.Webhook.Listen, "path", s.Webhook.Path))
-		}
-	}
-	if len(hooks) > 0 {
-		out = append(out, slog.Group("webhooks", hooks...))
-	}
-	return out
-}
-
 func (d *Daemon) observeStore(op string, start time.Time, err error) {
 	d.metrics.StoreDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	if err != nil {
