@@ -22,7 +22,6 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	kafkasrc "github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/buildinfo"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
@@ -105,7 +104,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	d.metrics = metrics.New(d.reg)
-	metrics.RegisterBuildInfo(d.reg, buildinfo.Get(Version))
+	metrics.RegisterBuildInfo(d.reg, build())
 	if d.store == nil {
 		st, err := NewStore(cfg)
 		if err != nil {
@@ -372,7 +371,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startAdmin(); err != nil {
 		return errors.Join(err, d.closeStore())
 	}
-	d.log.Info("dedupe-proxy starting", append([]any{"version", buildinfo.Get(Version).Version, "consumer", d.cfg.Consumer,
+	d.log.Info("dedupe-proxy starting", append([]any{"version", build().Version, "consumer", d.cfg.Consumer,
 		"sources", len(d.sources), "seenset", d.cfg.SeenSet.Backend, "app", redactURL(d.cfg.App.URL)}, d.listeners()...)...)
 	d.durable.start()
 

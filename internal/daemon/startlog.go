@@ -1,6 +1,15 @@
 package daemon
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/buildinfo"
+)
+
+// build is this binary's version (Version, or the go command's module
+// version), Go version and revision: the start line's version and
+// dedupe_proxy_build_info's labels.
+func build() buildinfo.Info { return buildinfo.Get(Version) }
 
 // listeners are the start line's names of every address the proxy
 // listens on: "admin" (its bound address, or "off"), then for each
