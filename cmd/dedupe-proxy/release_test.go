@@ -1,8 +1,10 @@
 package main
 
 import (
+	"archive/zip"
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -225,5 +227,105 @@ func TestGoInstallPath(t *testing.T) {
 	main, _ := os.ReadFile("main.go")
 	if !bytes.Contains(main, []byte("\npackage main\n")) {
 		t.Error("cmd/dedupe-proxy is not package main")
+	}
+}
+
+// `go install github.com/dedupe-proxy/dedupe-proxy/cmd/dedupe-proxy@latest`,
+// for real: the tracked files are served as a module version from a
+// file-based module proxy placed before the configured one (which serves
+// the dependencies), and the installed binary reports that version. It
+// builds the whole command, so it runs only when asked: make
+// release-check sets DEDUPE_PROXY_TEST_GO_INSTALL=1.
+func TestGoInstallLatest(t *testing.T) {
+	if os.Getenv("DEDUPE_PROXY_TEST_GO_INSTALL") != "1" {
+		t.Skip("set DEDUPE_PROXY_TEST_GO_INSTALL=1 (make release-check does)")
+	}
+	const module, version = "github.com/dedupe-proxy/dedupe-proxy", "v0.0.0-20261204000000-000000000000"
+	dir := t.TempDir()
+	at := filepath.Join(dir, "proxy", module, "@v")
+	if err := os.MkdirAll(at, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gomod := readRoot(t, "go.mod")
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(at, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("list", version+"\n")
+	write(version+".info", `{"Version":"`+version+`","Time":"2026-12-04T00:00:00Z"}`)
+	write(version+".mod", gomod)
+	writeModuleZip(t, filepath.Join(at, version+".zip"), module+"@"+version)
+
+	env, err := exec.Command("go", "env", "GOPROXY", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goproxy, modcache, _ := strings.Cut(strings.TrimSpace(string(env)), "\n")
+	bin := filepath.Join(dir, "bin")
+	cmd := exec.Command("go", "install", module+"/cmd/dedupe-proxy@latest")
+	cmd.Dir = dir // outside the module, as a user runs it
+	cmd.Env = append(os.Environ(),
+		"GOBIN="+bin,
+		// A module cache of its own, so this made-up version never
+		// lands in the real one; the real one's downloads serve the
+		// dependencies, the configured proxy whatever it lacks.
+		"GOMODCACHE="+filepath.Join(dir, "modcache"),
+		"GOPROXY=file://"+filepath.ToSlash(filepath.Join(dir, "proxy"))+",file://"+filepath.ToSlash(filepath.Join(modcache, "cache", "download"))+","+goproxy,
+		"GONOSUMDB="+module,                      // the checksum database cannot know this version; the dependencies are still checked
+		"GOFLAGS=-mod=mod -modcacherw -trimpath", // -trimpath: the build cache serves what an earlier run compiled from another module cache
+	)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install ...@latest: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(bin, "dedupe-proxy"), "version", "-o", "json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"version":"`+version+`"`) {
+		t.Errorf("the installed binary says %s, want version %s", out, version)
+	}
+}
+
+// writeModuleZip zips the module's tracked files as the go command
+// expects a module version: every path under prefix/, nested modules
+// (helm/charttest) left out.
+func writeModuleZip(t *testing.T, path, prefix string) {
+	t.Helper()
+	ls, err := exec.Command("git", "-C", root, "ls-files").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := strings.Split(strings.TrimSpace(string(ls)), "\n")
+	var nested []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "/go.mod") {
+			nested = append(nested, strings.TrimSuffix(f, "go.mod"))
+		}
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	z := zip.NewWriter(out)
+	for _, f := range files {
+		if slices.ContainsFunc(nested, func(n string) bool { return strings.HasPrefix(f, n) }) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := z.Create(prefix + "/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
