@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/buildinfo"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/daemon"
 )
 
@@ -132,21 +133,22 @@ func TestDidYouMeanCommand(t *testing.T) {
 }
 
 func TestVersionJSON(t *testing.T) {
+	build := buildinfo.Get(daemon.Version)
 	for _, args := range [][]string{{"version", "-o", "json"}, {"version", "--output=json"}} {
 		code, out, errOut := cli(args...)
 		var v map[string]string
 		if code != 0 || errOut != "" || json.Unmarshal([]byte(out), &v) != nil || !strings.HasSuffix(out, "}\n") {
 			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
-		if v["version"] != daemon.Version || v["goversion"] != runtime.Version() || len(v) != 3 {
-			t.Errorf("%v = %v, want version %s, goversion %s and revision", args, v, daemon.Version, runtime.Version())
+		if v["version"] != build.Version || v["goversion"] != runtime.Version() || v["revision"] != build.Revision || len(v) != 3 {
+			t.Errorf("%v = %v, want version %s, goversion %s and revision %q", args, v, build.Version, runtime.Version(), build.Revision)
 		}
 		if _, ok := v["revision"]; !ok {
 			t.Errorf("%v: no revision in %v", args, v)
 		}
 	}
 	for _, args := range [][]string{{"version"}, {"version", "-o", "text"}, {"--version"}, {"-v"}} {
-		if code, out, _ := cli(args...); code != 0 || !strings.HasPrefix(out, "dedupe-proxy "+daemon.Version+" ("+runtime.Version()) {
+		if code, out, _ := cli(args...); code != 0 || !strings.HasPrefix(out, "dedupe-proxy "+build.Version+" ("+runtime.Version()) {
 			t.Errorf("%v: exit %d, %q", args, code, out)
 		}
 	}
