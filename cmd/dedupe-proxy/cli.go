@@ -48,15 +48,17 @@ func execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case errors.As(err, &code):
 		return int(code)
 	case errors.As(err, &ue):
-		cmd = ue.cmd
+		// Flags (through the flag error func) and arguments (every
+		// command's Args) come here.
+		fmt.Fprintln(stderr, ue.msg)
+		fmt.Fprint(stderr, usage(ue.cmd))
+		return 2
 	default:
-		// cobra's own complaints (a bad value for a flag, say) are usage
-		// errors too.
-		ue = &usageError{cmd: cmd, msg: commandName(cmd) + ": " + err.Error()}
+		// A command that failed without saying so itself (writing
+		// stdout, say).
+		fmt.Fprintf(stderr, "%s: %v\n", commandName(cmd), err)
+		return 1
 	}
-	fmt.Fprintln(stderr, ue.msg)
-	fmt.Fprint(stderr, usage(cmd))
-	return 2
 }
 
 // goFlagStyle keeps the spellings the command line accepted when it was

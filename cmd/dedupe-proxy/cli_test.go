@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -291,4 +292,20 @@ complete_line "dedupe-proxy version -o "
 			t.Errorf("zsh: %q", out)
 		}
 	})
+}
+
+type brokenPipe struct{}
+
+func (brokenPipe) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+// A command that fails on its own, here writing stdout, exits 1 and says
+// why; it is no usage error.
+func TestFailureIsNoUsageError(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"version", "-o", "json"}, {"completion", "bash"}} {
+		var errb strings.Builder
+		code := run(args, brokenPipe{}, &errb)
+		if code != 1 || !strings.Contains(errb.String(), ": broken pipe\n") || strings.Contains(errb.String(), "Usage:") {
+			t.Errorf("%v to a broken stdout: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
 }
