@@ -111,7 +111,7 @@ func newRoot() *cobra.Command {
 		},
 	}
 	root.Flags().BoolP("version", "v", false, "print the version (the version command)")
-	root.CompletionOptions.DisableDefaultCmd = true // ours is completionCmd, with its own help
+	root.CompletionOptions.DisableDefaultCmd = true // ours is completionCommand, with its own help
 	root.SetHelpFunc(help)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef(c, "%s: %v", commandName(c), err)
