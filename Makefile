@@ -83,7 +83,7 @@ clean: ## Remove build output
 .PHONY: release-check
 release-check: ## Check .goreleaser.yaml (goreleaser check where installed, and its Go test), and go install ...@latest from a local module proxy
 	@if command -v goreleaser >/dev/null; then goreleaser check; else echo "goreleaser is not installed: .goreleaser.yaml is checked by its Go test only"; fi
-	DEDUPE_PROXY_TEST_GO_INSTALL=1 go test -count=1 -run 'TestReleaseConfig|TestGoInstall' ./cmd/dedupe-proxy/
+	DPTEST_GO_INSTALL=1 go test -count=1 -run 'TestReleaseConfig|TestGoInstall' ./cmd/dedupe-proxy/
 
 .PHONY: chart-check
 chart-check: ## Helm chart: lint, render, strict decode into the Kubernetes types, validate its config (helm/check.sh)

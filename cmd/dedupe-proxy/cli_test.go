@@ -3,23 +3,28 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/buildinfo"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/daemon"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 // asCLI makes the test binary act as dedupe-proxy, so that a shell's
 // completion script can call it.
-const asCLI = "DEDUPE_PROXY_TEST_AS_CLI"
+const asCLI = "DPTEST_AS_CLI" // not DEDUPE_PROXY_*: the config would take it for a setting
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asCLI) == "1" {
@@ -306,6 +311,80 @@ func TestFailureIsNoUsageError(t *testing.T) {
 		code := run(args, brokenPipe{}, &errb)
 		if code != 1 || !strings.Contains(errb.String(), ": broken pipe\n") || strings.Contains(errb.String(), "Usage:") {
 			t.Errorf("%v to a broken stdout: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}
+
+// `dedupe-proxy run` as a process: its start line names the admin
+// address and the webhook listener, /readyz answers, and SIGTERM stops
+// it with exit status 0.
+func TestRunProcess(t *testing.T) {
+	rabbit := testutil.NewRabbit(t)
+	q := rabbit.Queue("run-cli-", nil)
+	admin := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	hooks := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	cfg := writeConfig(t, fmt.Sprintf(`consumer: run-cli
+admin: {listen: %q}
+app: {url: "http://127.0.0.1:1"}
+seenset: {redis: {addrs: [%q], prefix: %q}}
+sources:
+  - name: orders
+    rabbitmq: {url: %q, queue: %s}
+  - name: hooks
+    type: webhook
+    webhook:
+      listen: %q
+      path: /hooks
+      secrets: ["env:RUN_CLI_SECRET"]
+      target: {rabbitmq: {url: %q, routing_key: %s}}
+`, admin, testutil.RedisAddr(), testutil.UniqueName("dptest:cli:")+":", testutil.RabbitURL(), q, hooks, testutil.RabbitURL(), q))
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "run", "--config", cfg)
+	cmd.Env = append(os.Environ(), asCLI+"=1", "RUN_CLI_SECRET=whsec_"+strings.Repeat("A", 32))
+	var stderr testutil.LogBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not 200 within 20s (%v):\n%s", err, stderr.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("run did not stop within 30s of SIGTERM:\n%s", stderr.String())
+	}
+	log := stderr.String()
+	start := ""
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, `"dedupe-proxy starting"`) {
+			start = l
+		}
+	}
+	for _, want := range []string{`"admin":"` + admin + `"`, `"webhooks":{"hooks":{"listen":"` + hooks + `","path":"/hooks"}}`} {
+		if !strings.Contains(start, want) {
+			t.Errorf("start line lacks %s:\n%s", want, log)
 		}
 	}
 }

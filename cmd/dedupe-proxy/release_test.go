@@ -235,10 +235,10 @@ func TestGoInstallPath(t *testing.T) {
 // file-based module proxy placed before the configured one (which serves
 // the dependencies), and the installed binary reports that version. It
 // builds the whole command, so it runs only when asked: make
-// release-check sets DEDUPE_PROXY_TEST_GO_INSTALL=1.
+// release-check sets DPTEST_GO_INSTALL=1.
 func TestGoInstallLatest(t *testing.T) {
-	if os.Getenv("DEDUPE_PROXY_TEST_GO_INSTALL") != "1" {
-		t.Skip("set DEDUPE_PROXY_TEST_GO_INSTALL=1 (make release-check does)")
+	if os.Getenv("DPTEST_GO_INSTALL") != "1" {
+		t.Skip("set DPTEST_GO_INSTALL=1 (make release-check does)")
 	}
 	const module, version = "github.com/dedupe-proxy/dedupe-proxy", "v0.0.0-20261204000000-000000000000"
 	dir := t.TempDir()
