@@ -13,8 +13,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
-	mrand "math/rand/v2"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/claim"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
@@ -119,6 +118,8 @@ type Pipeline struct {
 	// with a Gate, whose health check logs the app's state.
 	store, app *statelog.Tracker
 	kept       keptClaims
+	// retry is the delivery policy's backoff (delivery.backoff_*).
+	retry backoff.Policy
 }
 
 // New returns a Pipeline.
@@ -148,6 +149,7 @@ func New(o Options) *Pipeline {
 		app = statelog.New(o.Logger, "app unreachable: messages wait unacked until it answers", "app answers again")
 	}
 	p := &Pipeline{
+		retry:    backoff.Policy{Initial: o.BackoffInitial, Max: o.BackoffMax, Jitter: o.Jitter},
 		store:    statelog.New(o.Logger, storeDown, "seen-set reachable again"),
 		app:      app,
 		o:        o,
@@ -165,7 +167,7 @@ func New(o Options) *Pipeline {
 		Lease:          o.Lease,
 		TTL:            o.TTL,
 		CommitAttempts: o.CommitAttempts,
-		Backoff:        func(try int) time.Duration { return p.backoff(try, 0) },
+		Backoff:        p.retry,
 	})
 	return p
 }
@@ -591,21 +593,11 @@ func (w *work) gateOpen() bool {
 	}
 }
 
-// backoff is exponential with jitter; a Retry-After from the app wins when
-// longer, capped at BackoffMax so a hostile header cannot park a worker.
+// backoff is the delivery policy's delay before attempt; a Retry-After
+// from the app wins when longer, capped at BackoffMax so a hostile header
+// cannot park a worker.
 func (p *Pipeline) backoff(attempt int, retryAfter time.Duration) time.Duration {
-	d := float64(p.o.BackoffInitial) * math.Pow(2, float64(attempt-1))
-	if d > float64(p.o.BackoffMax) {
-		d = float64(p.o.BackoffMax)
-	}
-	if p.o.Jitter > 0 {
-		d *= 1 + p.o.Jitter*(2*mrand.Float64()-1)
-	}
-	out := time.Duration(d)
-	if retryAfter > out {
-		out = min(retryAfter, p.o.BackoffMax)
-	}
-	return max(out, time.Millisecond)
+	return p.retry.Delay(attempt, retryAfter)
 }
 
 func (p *Pipeline) newToken() string {

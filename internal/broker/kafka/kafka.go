@@ -85,6 +85,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/statelog"
@@ -485,15 +486,10 @@ func (s *Source) baseOpts() []kgo.Opt {
 }
 
 // clientOpts are the options every client of the package starts from.
-func clientOpts(brokers []string, clientID string, dial, backoff, backoffMax time.Duration, sec []kgo.Opt, log *slog.Logger) []kgo.Opt {
+func clientOpts(brokers []string, clientID string, dial, retryFrom, retryMax time.Duration, sec []kgo.Opt, log *slog.Logger) []kgo.Opt {
 	// From 100ms: a cut connection is usually back at once.
-	retry := func(tries int) time.Duration {
-		d := min(100*time.Millisecond, backoff)
-		for i := 1; i < tries && d < backoffMax; i++ {
-			d *= 2
-		}
-		return min(d, backoffMax)
-	}
+	policy := backoff.Policy{Initial: min(100*time.Millisecond, retryFrom), Max: retryMax}
+	retry := func(tries int) time.Duration { return policy.Delay(tries, 0) }
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID(clientID),
@@ -641,7 +637,7 @@ func (s *Source) pinStart(ctx context.Context, offsets map[string]map[int32]kgo.
 	if len(none) == 0 {
 		return offsets, nil
 	}
-	backoff := s.o.RetryBackoff
+	retry := backoff.Policy{Initial: s.o.RetryBackoff, Max: s.o.RetryBackoffMax}
 	for attempt := 1; ; attempt++ {
 		ends, err := s.pin(ctx, none)
 		if err == nil {
@@ -655,10 +651,9 @@ func (s *Source) pinStart(ctx context.Context, offsets map[string]map[int32]kgo.
 			s.log.Warn("kafka start_offset latest: could not commit the log end; rejoining before fetching", "err", err)
 			return nil, err
 		}
-		if !sleepCtx(ctx, backoff) {
+		if !backoff.Wait(ctx, nil, retry.Delay(attempt, 0)) {
 			return nil, ctx.Err()
 		}
-		backoff = min(backoff*2, s.o.RetryBackoffMax)
 	}
 }
 
@@ -840,13 +835,3 @@ func (s *Source) leave(cl *kgo.Client) {
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
