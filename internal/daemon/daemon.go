@@ -353,7 +353,6 @@ func (d *Daemon) checks(ctx context.Context) []check {
 	return cs
 }
 
-
 // Run runs until ctx is cancelled, then shuts down in order: stop fetching
 // → let in-flight forwards finish (bounded by shutdown_timeout) → ack or
 // requeue them → close the brokers → close the store → close the admin

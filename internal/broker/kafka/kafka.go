@@ -834,4 +834,3 @@ func (s *Source) leave(cl *kgo.Client) {
 		s.log.Info("kafka leave group as static member", "instance_id", s.o.GroupInstanceID, "err", err)
 	}
 }
-
