@@ -386,8 +386,11 @@ func (w *work) forward() forward.Result {
 		Attempt:        w.attempt,
 		Meta:           w.metaHeaders(),
 		MessageHeaders: w.m.Headers,
-		OnSlow:         w.slow,
 	}
+	// The attempt is copied: the callback runs on a timer's goroutine,
+	// maybe still after Do returned and the next attempt began.
+	attempt := w.attempt
+	req.OnSlow = func() { w.slow(attempt) }
 	if w.withStore {
 		// Deferred: a panic in Do must not leave the renewal running,
 		// which would hold the key for ever.
@@ -417,11 +420,11 @@ func (w *work) forward() forward.Result {
 	return res
 }
 
-// slow is told when the app has not answered within app.timeout.
-func (w *work) slow() {
+// slow is told when the app has not answered attempt within app.timeout.
+func (w *work) slow(attempt int) {
 	w.event(metrics.EventSlow)
 	w.p.log.Warn("the app has not answered within app.timeout; waiting for its answer, with the key held, up to app.max_request_time",
-		w.attrs(slog.Int("attempt", w.attempt), slog.Duration("max_request_time", w.p.o.MaxRequestTime))...)
+		w.attrs(slog.Int("attempt", attempt), slog.Duration("max_request_time", w.p.o.MaxRequestTime))...)
 }
 
 // renewLost is told when a renewal found the claim gone while the

@@ -351,6 +351,12 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 	case res := <-f.done:
 		h.answer(w, res)
 	case <-f.slow:
+		select {
+		case res := <-f.done: // answered just as app.timeout ran out
+			h.answer(w, res)
+			return
+		default:
+		}
 		h.log.Warn("the app has not answered within app.timeout; the sender is asked to retry later while the request stays open with the key held", "key", key)
 		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookAppSlow, "the app is still processing this event; retry later", max(h.o.BusyDelay, unavailableRetryAfter))
 	}

@@ -588,6 +588,14 @@ func (s *Source) lost(_ context.Context, _ *kgo.Client, gone map[string][]int32)
 // stopPartitions ends ps — Lost closes, nothing more is handed out — and
 // waits for their handlers; with commit, it commits what they finished.
 // Then the source forgets them.
+//
+// A revocation waits for its handlers at most half the rebalance
+// timeout: past that the group would remove this member and stop every
+// partition while it rejoins. A request still open at the app after that
+// goes on with its claim held (the pipeline renews it): the partition's
+// next owner finds the key busy and waits, and a late 2xx commits the key,
+// which the next owner then acks as a duplicate. Its offset is not
+// committed here, so it is delivered again; nothing is lost.
 func (s *Source) stopPartitions(ps []*partition, why string, commit bool) {
 	if len(ps) == 0 {
 		return
@@ -595,8 +603,21 @@ func (s *Source) stopPartitions(ps []*partition, why string, commit bool) {
 	for _, p := range ps {
 		p.stop()
 	}
+	bound := time.NewTimer(s.o.RebalanceTimeout / 2)
+	defer bound.Stop()
+	if why == "stopping" {
+		// The daemon's shutdown_timeout bounds a stop instead.
+		bound.Stop()
+	}
+wait:
 	for _, p := range ps {
-		p.wait()
+		select {
+		case <-p.done:
+		case <-bound.C:
+			s.log.Warn("kafka partitions given up while requests for them are still open at the app; their keys stay claimed until those end",
+				"when", why, "waited", s.o.RebalanceTimeout/2)
+			break wait
+		}
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
