@@ -493,7 +493,7 @@ func (w *work) keepClaim(token string, until time.Time) {
 	// Counted as kept even when that renewal failed: the lease may still
 	// run (it was renewed at most lease/3 ago), and waiting too long is
 	// the safe side.
-	w.c.notBefore = until
+	w.c.notBefore, w.c.kept = until, token
 	p.kept.keep(w.full, w.c.notBefore)
 	p.log.Info("no answer from the app; the key stays claimed, so it is not sent again while the request may still run",
 		w.attrs(slog.String("reason", w.last.Reason), slog.Time("until", until))...)

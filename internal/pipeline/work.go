@@ -85,8 +85,11 @@ type claimState struct {
 	local string
 	// notBefore: the last request may still be running at the app (it was
 	// cut short or given up), so the key is not claimed again before then
-	// — by the lease it was left with, by no replica.
+	// — by the lease it was left with, by no replica. kept is that
+	// claim's token: the retry claims under it, so that it takes its own
+	// claim over rather than racing the lease's expiry.
 	notBefore time.Time
+	kept      string
 }
 
 // maxStaleRetries bounds the immediate re-claims after stale "busy"
@@ -250,6 +253,7 @@ func (w *work) acquire() acquired {
 			return stop
 		}
 		w.c.notBefore = time.Time{}
+		w.c.prior, w.c.kept = w.c.kept, ""
 	}
 	for {
 		token := w.c.prior
