@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -561,5 +563,46 @@ func TestAppRestartDoesNotDeadLetter(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "all forwarded", func() bool { return p.result(t, "forwarded") == 10 })
 	if _, ok := h.rabbit.Get(dlq); ok {
 		t.Fatal("dead-letter queue is not empty")
+	}
+}
+
+// What most REST handlers answer, a 2xx with a "status" word that is
+// not Dapr's, is a success: each message reaches the app once and is
+// acked, not retried five times and dead-lettered.
+func TestRESTStatusWordsAreSuccess(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	words := map[string]string{"ok-1": `{"status":"ok"}`, "created-1": `{"status":"created","id":7}`, "accepted-1": `{"status":"Accepted"}`}
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		seen[key]++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if key == "created-1" {
+			w.WriteHeader(http.StatusCreated)
+		}
+		io.WriteString(w, words[key])
+	}))
+	t.Cleanup(app.Close)
+	h := newHarness(t, func(c *config.Config) { c.App.URL = app.URL })
+	p := h.start()
+	for id := range words {
+		publishJSON(h, envelope(id, ""))
+	}
+	testutil.Eventually(t, 10*time.Second, "forwarded", func() bool { return p.result(t, "forwarded") == 3 })
+	p.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range words {
+		if seen[id] != 1 {
+			t.Errorf("%s reached the app %d times, want 1", id, seen[id])
+		}
+	}
+	if n := p.event(t, "retry"); n != 0 {
+		t.Errorf("retries = %v, want 0", n)
+	}
+	if n := h.rabbit.Ready(h.queue); n != 0 {
+		t.Fatalf("queue holds %d messages", n)
 	}
 }

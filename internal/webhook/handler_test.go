@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
@@ -103,7 +104,8 @@ func newRig(t *testing.T, store seenset.Store, sink Sink, mutate func(*Options))
 	m := metrics.New(prometheus.NewRegistry())
 	o := Options{Name: "hooks", Prefix: "test:hooks:", Profile: ProfileStandard, Verifier: v, Store: store,
 		Lease: 3 * time.Second, TTL: time.Hour, BusyDelay: time.Second, Sink: sink, MaxBodyBytes: 1 << 10,
-		MaxConcurrent: 64, CommitAttempts: 3, OpTimeout: 2 * time.Second, Logger: testLogger(), Metrics: m.ForWebhook("hooks")}
+		MaxConcurrent: 64, CommitAttempts: 3, OpTimeout: 2 * time.Second, Logger: testLogger(), Metrics: m.ForWebhook("hooks"),
+		StoreObservers: []seenset.Observer{m.Store()}}
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -153,6 +155,26 @@ func TestSameEventTwiceOnePublish(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.m.Webhook.Duplicates.WithLabelValues("hooks")); got != 1 {
 		t.Errorf("duplicates = %v, want 1", got)
+	}
+}
+
+// The webhook's seen-set calls are in the same store metrics as the
+// pipeline's: one observed store, one way of counting.
+func TestWebhookStoreCallsAreMeasured(t *testing.T) {
+	rb := tu.NewRabbit(t)
+	q := rb.Queue("whtest.", nil)
+	r := newRig(t, newStore(t, tu.RedisAddr()), rabbitSink(t, tu.RabbitURL(), q), nil)
+	if code, _ := send(t, signed(t, r.url, "msg_measured", []byte(`{"m":1}`), time.Now())); code != http.StatusOK {
+		t.Fatalf("answered %d", code)
+	}
+	for _, op := range []string{"claim", "commit"} {
+		h := &dto.Metric{}
+		if err := r.m.StoreDuration.WithLabelValues(op).(prometheus.Histogram).Write(h); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.GetHistogram().GetSampleCount(); n != 1 {
+			t.Errorf("seen-set %s calls measured = %d, want 1", op, n)
+		}
 	}
 }
 
