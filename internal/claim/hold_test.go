@@ -43,16 +43,6 @@ func (o *outage) Renew(ctx context.Context, key, token string, lease time.Durati
 	return o.Store.Renew(ctx, key, token, lease)
 }
 
-func redisStore(t *testing.T) seenset.Store {
-	t.Helper()
-	st, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{testutil.RedisAddr()}, Prefix: testutil.UniqueName("hold-") + ":"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
-
 // The stated bound: the lease survives a store that is unresponsive for
 // 0.6 of a lease (the bound is 2/3 − 1/30 of a lease) whenever the outage
 // starts, here at the worst moment: just before a scheduled renewal, so
@@ -68,7 +58,7 @@ func TestHoldSurvivesOutageBelowBound(t *testing.T) {
 			name = "refuses"
 		}
 		t.Run(name, func(t *testing.T) {
-			real := redisStore(t)
+			real := testutil.RedisStore(t, "hold-")
 			out := &outage{Store: real, refuse: refuse}
 			p := claim.New(claim.Options{Store: out, Lease: lease, TTL: time.Hour})
 			key, tok := "k", p.NewToken()
@@ -99,7 +89,7 @@ func TestHoldSurvivesOutageBelowBound(t *testing.T) {
 // once the store answers again: the claim is no longer its own.
 func TestHoldReportsLostLease(t *testing.T) {
 	const lease = 1500 * time.Millisecond
-	real := redisStore(t)
+	real := testutil.RedisStore(t, "hold-")
 	from := time.Now()
 	out := &outage{Store: real, refuse: true, from: from, to: from.Add(lease + 500*time.Millisecond)}
 	p := claim.New(claim.Options{Store: out, Lease: lease, TTL: time.Hour})

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
