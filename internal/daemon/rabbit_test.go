@@ -582,7 +582,7 @@ func TestRESTStatusWordsAreSuccess(t *testing.T) {
 		if key == "created-1" {
 			w.WriteHeader(http.StatusCreated)
 		}
-		io.WriteString(w, words[key])
+		_, _ = io.WriteString(w, words[key])
 	}))
 	t.Cleanup(app.Close)
 	h := newHarness(t, func(c *config.Config) { c.App.URL = app.URL })

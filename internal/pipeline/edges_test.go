@@ -200,7 +200,7 @@ type releasingStore struct {
 func (s *releasingStore) Claim(ctx context.Context, key, token string, lease time.Duration) (seenset.ClaimResult, error) {
 	res, err := s.Memory.Claim(ctx, key, token, lease)
 	if key == s.key && res == seenset.Busy {
-		s.once.Do(func() { _ = s.Memory.Release(ctx, key, "other-replica") })
+		s.once.Do(func() { _ = s.Release(ctx, key, "other-replica") })
 	}
 	return res, err
 }

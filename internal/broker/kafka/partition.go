@@ -108,9 +108,6 @@ func (p *partition) stop() {
 	p.cancel()
 }
 
-// wait returns once every handler the partition started has returned.
-func (p *partition) wait() { <-p.done }
-
 // release forgets the partition's metrics (another member owns it now, or
 // nobody does) and its pause, which the client would keep for a later
 // assignment of the same partition.
