@@ -50,10 +50,12 @@ vet: ## go vet
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
+# --allow-serial-runners: another golangci-lint on the machine (another
+# checkout's make check) is waited for instead of failing the run.
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml on the module and helm/charttest (installs the pinned version into bin/tools)
-	$(GOLANGCI_LINT) run ./...
-	cd helm/charttest && $(CURDIR)/$(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
+	cd helm/charttest && $(CURDIR)/$(GOLANGCI_LINT) run --allow-serial-runners --config $(CURDIR)/.golangci.yml ./...
 
 $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/bin/tools go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
