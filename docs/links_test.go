@@ -218,12 +218,12 @@ func TestCheck(t *testing.T) {
 		{"two broken on one line", "[x](a.md) and [y](#nope)", []string{"a.md: no such file", "#nope"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			fs := fstest.MapFS{}
+			m := fstest.MapFS{}
 			for k, v := range fsys {
-				fs[k] = v
+				m[k] = v
 			}
-			fs["README.md"] = &fstest.MapFile{Data: append(append([]byte{}, fsys["README.md"].Data...), []byte("\n"+c.page+"\n")...)}
-			got := check(fs, []string{"README.md"})
+			m["README.md"] = &fstest.MapFile{Data: append(append([]byte{}, fsys["README.md"].Data...), []byte("\n"+c.page+"\n")...)}
+			got := check(m, []string{"README.md"})
 			sort.Strings(got)
 			if len(got) != len(c.want) {
 				t.Fatalf("problems %q, want %d matching %q", got, len(c.want), c.want)
