@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/dedupe-proxy/dedupe-proxy/internal/daemon.Version=$(VERSION)
 BIN := bin/dedupe-proxy
-# The whole suite against the local RabbitMQ and Redis; the README's test command.
+# The whole suite against the local RabbitMQ and Redis (make check, the README's test command, runs it).
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
 .PHONY: help build test demo demo-webhook demo-embedded demo-exactly-once check vet fmt-check chaos redis-failover clean
