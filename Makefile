@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -s -w -X github.com/dedupe-proxy/dedupe-proxy/internal/daemon.Version=$(VERSION) -X github.com/dedupe-proxy/dedupe-proxy/internal/buildinfo.Revision=$(REVISION)
 BIN := bin/dedupe-proxy
-# The whole suite against the local RabbitMQ and Redis; the README's test command.
+# The whole suite against the local RabbitMQ and Redis (make check, the README's test command, runs it).
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
 .PHONY: help build test demo demo-webhook demo-embedded demo-exactly-once check vet fmt-check chaos redis-failover clean
@@ -53,10 +53,12 @@ vet: ## go vet
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
+# --allow-serial-runners: another golangci-lint on the machine (another
+# checkout's make check) is waited for instead of failing the run.
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml on the module and helm/charttest (installs the pinned version into bin/tools)
-	$(GOLANGCI_LINT) run ./...
-	cd helm/charttest && $(CURDIR)/$(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
+	cd helm/charttest && $(CURDIR)/$(GOLANGCI_LINT) run --allow-serial-runners --config $(CURDIR)/.golangci.yml ./...
 
 $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/bin/tools go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

@@ -25,7 +25,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
@@ -44,9 +43,8 @@ type Keys struct {
 	// Spaces are the consumer's key spaces (each source's key_space, by
 	// default its name). A key is "<consumer>:<space>:<key>"; the space
 	// may be left out when there is only one.
+	// Store metrics come from an observed store (seenset.Observe).
 	Spaces []string
-	// Observe, when set, is told about every store operation (metrics).
-	Observe func(op string, start time.Time, err error)
 }
 
 // KeyStatus is the answer of GET /v1/keys/{key} and `keys status`.
@@ -102,12 +100,6 @@ func (k *Keys) space(space string) (string, error) {
 	return space, nil
 }
 
-func (k *Keys) observe(op string, start time.Time, err error) {
-	if k.Observe != nil {
-		k.Observe(op, start, err)
-	}
-}
-
 // Status reports where key is in its life.
 func (k *Keys) Status(ctx context.Context, space, key string) (KeyStatus, error) {
 	if err := checkKey(key); err != nil {
@@ -117,9 +109,7 @@ func (k *Keys) Status(ctx context.Context, space, key string) (KeyStatus, error)
 	if err != nil {
 		return KeyStatus{}, err
 	}
-	start := time.Now()
 	st, err := k.Store.Status(ctx, k.Consumer+":"+space+":"+key)
-	k.observe("status", start, err)
 	if err != nil {
 		return KeyStatus{}, err
 	}
@@ -137,9 +127,7 @@ func (k *Keys) Forget(ctx context.Context, space, key string) (ForgetResult, err
 	if err != nil {
 		return ForgetResult{}, err
 	}
-	start := time.Now()
 	existed, err := k.Store.Forget(ctx, k.Consumer+":"+space+":"+key)
-	k.observe("forget", start, err)
 	if err != nil {
 		return ForgetResult{}, err
 	}

@@ -90,17 +90,22 @@ func (downStore) Status(context.Context, string) (seenset.Status, error) {
 }
 
 func TestHandlerStoreDownIs503(t *testing.T) {
-	var ops []string
-	k := &Keys{Store: downStore{}, Consumer: "c", Spaces: []string{"s"}, Observe: func(op string, _ time.Time, err error) {
-		if err != nil {
-			ops = append(ops, op)
-		}
-	}}
+	var ops opsSeen
+	k := &Keys{Store: seenset.Observe(downStore{}, &ops), Consumer: "c", Spaces: []string{"s"}}
 	if code, _ := serve(t, k.Handler("t", nil), "GET", "/v1/keys/x", "Bearer t"); code != http.StatusServiceUnavailable {
 		t.Fatalf("store down = %d, want 503", code)
 	}
 	if len(ops) != 1 || ops[0] != "status" {
 		t.Fatalf("observed failures %v", ops)
+	}
+}
+
+// opsSeen records the operations of the failed store calls.
+type opsSeen []string
+
+func (o *opsSeen) StoreCall(op string, _ time.Duration, err error) {
+	if err != nil {
+		*o = append(*o, op)
 	}
 }
 

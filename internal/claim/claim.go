@@ -19,6 +19,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/statelog"
@@ -26,6 +27,10 @@ import (
 
 // DefaultOpTimeout bounds each claim, commit and release round trip.
 const DefaultOpTimeout = 5 * time.Second
+
+// DefaultCommitBackoff spaces a commit's tries when no policy is given:
+// short, since the app already acted and the window is open meanwhile.
+var DefaultCommitBackoff = backoff.Policy{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2}
 
 // Options configure a Protocol.
 type Options struct {
@@ -36,9 +41,9 @@ type Options struct {
 	// done key is remembered.
 	Lease, TTL time.Duration
 	// CommitAttempts bounds the tries of a commit (at least 1), spaced by
-	// Backoff(try).
+	// Backoff (zero: DefaultCommitBackoff).
 	CommitAttempts int
-	Backoff        func(try int) time.Duration
+	Backoff        backoff.Policy
 	// OpTimeout bounds each round trip; zero means DefaultOpTimeout.
 	OpTimeout time.Duration
 }
@@ -48,7 +53,7 @@ type Protocol struct {
 	store          seenset.Store
 	lease, ttl     time.Duration
 	commitAttempts int
-	backoff        func(int) time.Duration
+	backoff        backoff.Policy
 	opTimeout      time.Duration
 	tokens         *seenset.Tokens
 }
@@ -58,8 +63,8 @@ func New(o Options) *Protocol {
 	if o.CommitAttempts < 1 {
 		o.CommitAttempts = 1
 	}
-	if o.Backoff == nil {
-		o.Backoff = func(try int) time.Duration { return time.Duration(try) * 50 * time.Millisecond }
+	if o.Backoff == (backoff.Policy{}) {
+		o.Backoff = DefaultCommitBackoff
 	}
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = DefaultOpTimeout
@@ -118,14 +123,8 @@ func (p *Protocol) Commit(ctx context.Context, key, token string) error {
 		if err == nil || errors.Is(err, seenset.ErrNotOwner) {
 			return err
 		}
-		if try < p.commitAttempts {
-			t := time.NewTimer(p.backoff(try))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return err
-			}
+		if try < p.commitAttempts && !backoff.Wait(ctx, nil, p.backoff.Delay(try, 0)) {
+			return err
 		}
 	}
 	return err

@@ -142,7 +142,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if token != "" {
-		k := &admin.Keys{Store: d.store, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces(), Observe: d.observeStore}
+		k := &admin.Keys{Store: seenset.Observe(d.store, d.metrics.Store()), Consumer: cfg.Consumer, Spaces: cfg.KeySpaces()}
 		d.keysAPI = k.Handler(token, d.log)
 	}
 	for _, w := range cfg.Warnings() {
@@ -339,9 +339,7 @@ func (d *Daemon) checks(ctx context.Context) []check {
 	for _, s := range d.sources {
 		cs = append(cs, check{name: "source " + s.src.Name(), err: s.src.Ready()})
 	}
-	start := time.Now()
-	err := d.store.Ping(ctx)
-	d.observeStore("ping", start, err)
+	err := seenset.Observe(d.store, d.metrics.Store()).Ping(ctx)
 	cs = append(cs, check{name: "seenset", err: err})
 	if d.durable != nil {
 		w := d.durable.warning(ctx, err == nil)
@@ -354,13 +352,6 @@ func (d *Daemon) checks(ctx context.Context) []check {
 		cs = append(cs, check{name: "app", err: d.health.Err()})
 	}
 	return cs
-}
-
-func (d *Daemon) observeStore(op string, start time.Time, err error) {
-	d.metrics.StoreDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	if err != nil {
-		d.metrics.StoreErrors.WithLabelValues(op).Inc()
-	}
 }
 
 // Run runs until ctx is cancelled, then shuts down in order: stop fetching

@@ -687,3 +687,46 @@ func TestKafkaIsolationLevel(t *testing.T) {
 		})
 	}
 }
+
+// A rebalance takes a partition away while a request for it is open at
+// the app, slower than app.timeout, the lease and half the rebalance
+// timeout. The revoke does not wait for it: the partition moves, the
+// request goes on with its claim renewed, and the new owner waits for
+// the key. The late 2xx commits it, the new owner acks it as a
+// duplicate: each key reaches the app once and the offsets reach the end.
+func TestKafkaRevokeWithOpenRequest(t *testing.T) {
+	h := newKafkaHarness(t, 2, func(c *config.Config) {
+		c.App.Timeout = 500 * time.Millisecond
+		c.SeenSet.Lease = 2 * time.Second
+	})
+	var slow sync.Map
+	var opened atomic.Int32
+	h.app.SetRespond(func(r *testutil.Request, n int) int {
+		opened.Add(1)
+		if _, again := slow.LoadOrStore(r.Header.Get("Idempotency-Key"), true); !again {
+			time.Sleep(12 * time.Second)
+		}
+		return http.StatusOK
+	})
+	a := h.start()
+	h.produce(kmsg(0, "", "rv-0", ""), kmsg(1, "", "rv-1", ""))
+	testutil.Eventually(t, 20*time.Second, "both requests open at the app", func() bool { return opened.Load() == 2 })
+	b := h.start()
+	testutil.Eventually(t, 60*time.Second, "committed to the end", func() bool { return h.committedTotal() == 2 })
+	for k, c := range h.app.Effects() {
+		if c != 1 {
+			t.Errorf("key %s reached the app %d times, want 1", k, c)
+		}
+	}
+	if n := h.app.Count(); n != 2 {
+		t.Errorf("the app got %d requests, want 2", n)
+	}
+	if n := a.event(t, "slow"); n != 2 {
+		t.Errorf("slow events on the first member = %v, want 2", n)
+	}
+	// The moved partition's message went to the new owner, which found
+	// the key busy and then done.
+	if d := b.result(t, "duplicate"); d != 1 {
+		t.Errorf("duplicates acked by the new owner = %v, want 1", d)
+	}
+}

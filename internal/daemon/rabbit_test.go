@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -433,11 +435,16 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	}
 }
 
-// SIGTERM with a forward that outlives shutdown_timeout: it is released
-// and requeued, not dead-lettered, and the key is free for the next owner.
+// SIGTERM with a forward that outlives shutdown_timeout: it is cut off
+// and requeued, not dead-lettered, and its key stays claimed until
+// app.max_request_time from the request's start, while the app may go on
+// with it.
 func TestShutdownTimeoutRequeues(t *testing.T) {
 	var dlq string
-	h := newHarness(t, func(c *config.Config) { c.ShutdownTimeout = 300 * time.Millisecond })
+	h := newHarness(t, func(c *config.Config) {
+		c.ShutdownTimeout = 300 * time.Millisecond
+		c.App.MaxRequestTime = 20 * time.Second
+	})
 	dlq = h.rabbit.Queue("dptest.dlq.", nil)
 	h.cfg.Sources[0].RabbitMQ.DeadLetter = config.RabbitDeadLetter{Mode: "publish", RoutingKey: dlq}
 	started := make(chan struct{}, 1)
@@ -453,10 +460,11 @@ func TestShutdownTimeoutRequeues(t *testing.T) {
 	if p.result(t, "requeued") != 1 || p.result(t, "dead_lettered") != 0 {
 		t.Fatalf("requeued %v dead-lettered %v", p.result(t, "requeued"), p.result(t, "dead_lettered"))
 	}
-	// The app may still be working on it: the key stays claimed for a
-	// lease, so the redelivery is not sent while the first may run.
-	if s := h.status("slow-1"); s.State != seenset.Inflight || s.TTL <= 0 || s.TTL > h.cfg.SeenSet.Lease {
-		t.Fatalf("state = %+v, want inflight for at most a lease (%s)", s, h.cfg.SeenSet.Lease)
+	// The app may still be working on it: the key stays claimed until
+	// the request could have ended, so the redelivery is not sent while
+	// the first may run.
+	if s := h.status("slow-1"); s.State != seenset.Inflight || s.TTL <= h.cfg.SeenSet.Lease || s.TTL > h.cfg.App.MaxRequestTime {
+		t.Fatalf("state = %+v, want inflight past the lease (%s), up to app.max_request_time (%s)", s, h.cfg.SeenSet.Lease, h.cfg.App.MaxRequestTime)
 	}
 	if r := h.rabbit.Ready(h.queue); r != 1 {
 		t.Fatalf("queue holds %d, want the requeued message", r)
@@ -504,10 +512,10 @@ func TestSameIDOnTwoSources(t *testing.T) {
 	}
 }
 
-// The app takes longer than app.timeout. The timed-out request is not
-// overlapped by a retry, from this replica or another: the key stays
-// claimed for a lease after the timeout, and the retry comes after it.
-func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
+// The app takes longer than app.timeout and the lease. The slow request
+// is not abandoned: its late 2xx is taken, and neither this replica nor
+// the other sends the key again meanwhile.
+func TestSlowRequestIsNotOverlapped(t *testing.T) {
 	var mu sync.Mutex
 	running, most, calls := 0, 0, 0
 	h := newHarness(t, func(c *config.Config) { c.App.Timeout = 300 * time.Millisecond; c.SeenSet.Lease = time.Second })
@@ -519,7 +527,7 @@ func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
 		first := calls == 1
 		mu.Unlock()
 		if first {
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(1500 * time.Millisecond)
 		}
 		mu.Lock()
 		running--
@@ -531,8 +539,11 @@ func TestTimedOutRequestIsNotOverlapped(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "acked", func() bool { return a.result(t, "forwarded")+b.result(t, "forwarded") == 1 })
 	mu.Lock()
 	defer mu.Unlock()
-	if most != 1 || h.app.Count() != 2 {
-		t.Fatalf("%d requests, at most %d at once; want 2 (a timeout, a retry), never together", h.app.Count(), most)
+	if most != 1 || h.app.Count() != 1 {
+		t.Fatalf("%d requests, at most %d at once; want 1, the slow one whose late 2xx is taken", h.app.Count(), most)
+	}
+	if n := a.event(t, "slow") + b.event(t, "slow"); n != 1 {
+		t.Errorf("slow events = %v, want 1", n)
 	}
 }
 
@@ -561,5 +572,46 @@ func TestAppRestartDoesNotDeadLetter(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "all forwarded", func() bool { return p.result(t, "forwarded") == 10 })
 	if _, ok := h.rabbit.Get(dlq); ok {
 		t.Fatal("dead-letter queue is not empty")
+	}
+}
+
+// What most REST handlers answer, a 2xx with a "status" word that is
+// not Dapr's, is a success: each message reaches the app once and is
+// acked, not retried five times and dead-lettered.
+func TestRESTStatusWordsAreSuccess(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	words := map[string]string{"ok-1": `{"status":"ok"}`, "created-1": `{"status":"created","id":7}`, "accepted-1": `{"status":"Accepted"}`}
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		seen[key]++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if key == "created-1" {
+			w.WriteHeader(http.StatusCreated)
+		}
+		_, _ = io.WriteString(w, words[key])
+	}))
+	t.Cleanup(app.Close)
+	h := newHarness(t, func(c *config.Config) { c.App.URL = app.URL })
+	p := h.start()
+	for id := range words {
+		publishJSON(h, envelope(id, ""))
+	}
+	testutil.Eventually(t, 10*time.Second, "forwarded", func() bool { return p.result(t, "forwarded") == 3 })
+	p.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range words {
+		if seen[id] != 1 {
+			t.Errorf("%s reached the app %d times, want 1", id, seen[id])
+		}
+	}
+	if n := p.event(t, "retry"); n != 0 {
+		t.Errorf("retries = %v, want 0", n)
+	}
+	if n := h.rabbit.Ready(h.queue); n != 0 {
+		t.Fatalf("queue holds %d messages", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	kafkasrc "github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
 
@@ -46,6 +47,8 @@ func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
 		MaxConcurrent:  w.MaxConcurrent,
 		MaxUnverified:  w.MaxUnverified,
 		CommitAttempts: cfg.Delivery.CommitAttempts,
+		MaxRequestTime: cfg.App.MaxRequestTime,
+		StoreObservers: []seenset.Observer{d.metrics.Store()},
 		Logger:         d.log,
 		Metrics:        d.metrics.ForWebhook(sc.Name),
 	}
@@ -84,6 +87,7 @@ func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
 		// Reading, then storing (each store and broker step is bounded
 		// on its own) or the app's whole answer in mode forward.
 		WriteTimeout: w.ReadTimeout + cfg.App.Timeout + 30*time.Second,
+		DrainTimeout: cfg.ShutdownTimeout,
 	}, webhook.NewHandler(o), sink), nil
 }
 

@@ -271,7 +271,7 @@ func statusApp(t *testing.T, followed *atomic.Int32) *httptest.Server {
 			followed.Add(1)
 			return
 		}
-		io.Copy(io.Discard, r.Body)
+		_, _ = io.Copy(io.Discard, r.Body)
 		code, _ := strconv.Atoi(r.URL.Query().Get("code"))
 		if code/100 == 3 {
 			w.Header().Set("Location", "/followed")
@@ -388,7 +388,7 @@ func TestDoHonoursDaprStatus(t *testing.T) {
 					w.Header().Set("Content-Type", tt.contentType)
 				}
 				w.WriteHeader(tt.code)
-				io.WriteString(w, tt.body)
+				_, _ = io.WriteString(w, tt.body)
 			}))
 			t.Cleanup(srv.Close)
 			res := newClient(t, Config{URL: srv.URL}).Do(context.Background(), Request{})
@@ -403,7 +403,7 @@ func TestDoHonoursDaprStatus(t *testing.T) {
 func TestDoIgnoreAppStatus(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"status":"`+r.URL.Query().Get("s")+`"}`)
+		_, _ = io.WriteString(w, `{"status":"`+r.URL.Query().Get("s")+`"}`)
 	}))
 	t.Cleanup(srv.Close)
 	for _, ignore := range []bool{false, true} {
@@ -500,7 +500,7 @@ func TestDoSlowIsWaitedFor(t *testing.T) {
 			return
 		case <-time.After(d):
 		}
-		io.WriteString(w, "done")
+		_, _ = io.WriteString(w, "done")
 	}))
 	t.Cleanup(srv.Close)
 	c := newClient(t, Config{URL: srv.URL, Timeout: 100 * time.Millisecond, MaxRequestTime: 2 * time.Second})
@@ -542,7 +542,7 @@ func TestDoNeverResendsByItself(t *testing.T) {
 		t.Run(fmt.Sprintf("body %q", body), func(t *testing.T) {
 			var seen atomic.Int32
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				io.ReadAll(r.Body)
+				_, _ = io.ReadAll(r.Body)
 				if seen.Add(1) == 1 {
 					return // the first request on the connection is answered
 				}
@@ -574,7 +574,7 @@ func TestDoNeverResendsByItself(t *testing.T) {
 func TestDoRetriesUnwrittenOnStaleConnection(t *testing.T) {
 	var seen atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.ReadAll(r.Body)
+		_, _ = io.ReadAll(r.Body)
 		seen.Add(1)
 	}))
 	srv.Config.IdleTimeout = 50 * time.Millisecond
@@ -600,7 +600,7 @@ func TestDo2xxWithCutBodyIsSuccess(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"status\":")
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"status\":")
 		buf.Flush()
 		conn.Close()
 	}))
@@ -675,7 +675,7 @@ func TestDoConnectionReset(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		conn.(*net.TCPConn).SetLinger(0) // RST rather than FIN
+		_ = conn.(*net.TCPConn).SetLinger(0) // RST rather than FIN
 		conn.Close()
 	}))
 	t.Cleanup(srv.Close)
@@ -813,7 +813,7 @@ func TestDoDrainsShortResponseForReuse(t *testing.T) {
 			body := bytes.Repeat([]byte("a"), 32<<10)
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(code)
-				w.Write(body)
+				_, _ = w.Write(body)
 			}))
 			conns := connCounter(srv)
 			srv.Start()
@@ -834,7 +834,7 @@ func TestDoDrainsShortResponseForReuse(t *testing.T) {
 func TestDoReusesConnections(t *testing.T) {
 	t.Run("sequential", func(t *testing.T) {
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
+			_, _ = io.Copy(io.Discard, r.Body)
 		}))
 		conns := connCounter(srv)
 		srv.Start()
@@ -852,7 +852,7 @@ func TestDoReusesConnections(t *testing.T) {
 	t.Run("parallel", func(t *testing.T) {
 		const workers = 16
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
+			_, _ = io.Copy(io.Discard, r.Body)
 		}))
 		conns := connCounter(srv)
 		srv.Start()
@@ -884,7 +884,7 @@ func TestProbe(t *testing.T) {
 		}
 		switch r.URL.Path {
 		case "/healthz":
-			io.WriteString(w, "ok")
+			_, _ = io.WriteString(w, "ok")
 		default:
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
@@ -1028,7 +1028,7 @@ func TestOutcomeString(t *testing.T) {
 
 func BenchmarkDo(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	b.Cleanup(srv.Close)

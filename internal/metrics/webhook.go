@@ -17,6 +17,7 @@ const (
 	WebhookTargetUnavailable = "target_unavailable" // 503: the broker did not confirm the publish
 	WebhookAppFailed         = "app_failed"         // 502/503: forward mode, the app did not answer 2xx
 	WebhookKeyUnusable       = "key_unusable"       // 500: the key's seen-set entry holds a foreign value
+	WebhookAppSlow           = "app_slow"           // 503: forward mode, no answer within app.timeout; the request stays open with the key held
 )
 
 // How a webhook event was stored: the labels of
@@ -28,7 +29,7 @@ const (
 
 var webhookReasons = []string{WebhookUnsigned, WebhookBadSignature, WebhookStale, WebhookTooLarge, WebhookNoKey,
 	WebhookBadRequest, WebhookOverloaded, WebhookBusy, WebhookStoreUnavailable, WebhookTargetUnavailable,
-	WebhookAppFailed, WebhookKeyUnusable}
+	WebhookAppFailed, WebhookKeyUnusable, WebhookAppSlow}
 
 // WebhookReasons lists every rejected label value.
 func WebhookReasons() []string { return webhookReasons }

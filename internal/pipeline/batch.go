@@ -73,9 +73,9 @@ func (p *Pipeline) batchItem(w *work, c aheadClaim, claimedAt time.Time, g *comm
 			w.ack(metrics.Duplicate)
 			return true
 		case seenset.Claimed:
-			w.held = c.token
+			w.c.held = c.token
 			ok := w.useAhead(c.token, claimedAt)
-			w.held = ""
+			w.c.held = ""
 			if ok {
 				w.loop()
 				return true
@@ -159,7 +159,7 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 		case r.Err != nil:
 			// It may have been claimed: the slow path claims under
 			// the same token.
-			ws[i].prior = claims[i].token
+			ws[i].c.prior = claims[i].token
 		case r.Result == seenset.Claimed:
 			ws[i].release(claims[i].token)
 		}

@@ -57,7 +57,7 @@ func TestSlowRequestIsWaitedForNotOverlapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fwd.Close()
-	st := redisStore(t)
+	st := testutil.RedisStore(t, "edges-")
 	m := metrics.New(nil)
 	replica := func(m *metrics.Metrics) broker.Handler {
 		return pipeline.New(pipeline.Options{
@@ -128,7 +128,7 @@ func TestAbandonedRequestIsCountedAndKept(t *testing.T) {
 	defer fwd.Close()
 	m := metrics.New(nil)
 	h := pipeline.New(pipeline.Options{
-		Consumer: "c", Store: redisStore(t), Forwarder: fwd, Lease: time.Second, TTL: time.Hour,
+		Consumer: "c", Store: testutil.RedisStore(t, "edges-"), Forwarder: fwd, Lease: time.Second, TTL: time.Hour,
 		MaxAttempts: 5, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		BusyDelay: 20 * time.Millisecond, CommitAttempts: 3, Metrics: m, MaxRequestTime: 400 * time.Millisecond,
 	}).Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Requeues: true})
@@ -200,7 +200,7 @@ type releasingStore struct {
 func (s *releasingStore) Claim(ctx context.Context, key, token string, lease time.Duration) (seenset.ClaimResult, error) {
 	res, err := s.Memory.Claim(ctx, key, token, lease)
 	if key == s.key && res == seenset.Busy {
-		s.once.Do(func() { _ = s.Memory.Release(ctx, key, "other-replica") })
+		s.once.Do(func() { _ = s.Release(ctx, key, "other-replica") })
 	}
 	return res, err
 }
@@ -397,15 +397,4 @@ type infoDelivery struct {
 func (d *infoDelivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
 	*d.info = info
 	return d.recDelivery.DeadLetter(ctx, info)
-}
-
-// redisStore is a seen-set on the shared Redis under a prefix of its own.
-func redisStore(t *testing.T) seenset.Store {
-	t.Helper()
-	st, err := seenset.NewRedis(seenset.RedisOptions{Addrs: []string{testutil.RedisAddr()}, Prefix: testutil.UniqueName("edges-") + ":"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
 }

@@ -163,14 +163,14 @@ func (l *localClaims) waitFor(key string) <-chan struct{} {
 // holdLocal records the claim this message now holds.
 func (w *work) holdLocal(token string) {
 	w.p.locals.hold(w.full, token)
-	w.localToken = token
+	w.c.local = token
 }
 
 // dropLocal lets go of the local record of the claim, if any: the claim
 // was committed, released, or left to expire.
 func (w *work) dropLocal() {
-	if w.localToken != "" {
-		w.p.locals.drop(w.full, w.localToken)
-		w.localToken = ""
+	if w.c.local != "" {
+		w.p.locals.drop(w.full, w.c.local)
+		w.c.local = ""
 	}
 }

@@ -13,8 +13,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
-	mrand "math/rand/v2"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/claim"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
@@ -119,6 +118,8 @@ type Pipeline struct {
 	// with a Gate, whose health check logs the app's state.
 	store, app *statelog.Tracker
 	kept       keptClaims
+	// retry is the delivery policy's backoff (delivery.backoff_*).
+	retry backoff.Policy
 }
 
 // New returns a Pipeline.
@@ -148,6 +149,7 @@ func New(o Options) *Pipeline {
 		app = statelog.New(o.Logger, "app unreachable: messages wait unacked until it answers", "app answers again")
 	}
 	p := &Pipeline{
+		retry:    backoff.Policy{Initial: o.BackoffInitial, Max: o.BackoffMax, Jitter: o.Jitter},
 		store:    statelog.New(o.Logger, storeDown, "seen-set reachable again"),
 		app:      app,
 		o:        o,
@@ -165,7 +167,7 @@ func New(o Options) *Pipeline {
 		Lease:          o.Lease,
 		TTL:            o.TTL,
 		CommitAttempts: o.CommitAttempts,
-		Backoff:        func(try int) time.Duration { return p.backoff(try, 0) },
+		Backoff:        p.retry,
 	})
 	return p
 }
@@ -243,14 +245,14 @@ func (w *work) recoverPanic() {
 	p.log.Error("panic while handling a message; recovered, the message is given back",
 		w.attrs(slog.Any("panic", r), slog.String("stack", string(debug.Stack())))...)
 	w.releasePrior()
-	if w.held != "" {
-		if w.sent {
+	if w.c.held != "" {
+		if w.c.sent {
 			// The app may have the request, and may have acted on it:
 			// the lease, left to expire, keeps the key from being sent
 			// again meanwhile.
-			w.held = ""
+			w.c.held = ""
 		} else {
-			w.release(w.held)
+			w.release(w.c.held)
 		}
 	}
 	if w.settled {
@@ -336,7 +338,7 @@ func (w *work) claim(token string) (seenset.ClaimResult, error) {
 	p := w.p
 	unusable := 0
 	for i := 1; ; i++ {
-		w.leaseFrom = time.Now()
+		w.c.from = time.Now()
 		res, err := p.claims.Claim(p.hard, w.full, token)
 		if err == nil {
 			return res, nil
@@ -384,14 +386,17 @@ func (w *work) forward() forward.Result {
 		Attempt:        w.attempt,
 		Meta:           w.metaHeaders(),
 		MessageHeaders: w.m.Headers,
-		OnSlow:         w.slow,
 	}
+	// The attempt is copied: the callback runs on a timer's goroutine,
+	// maybe still after Do returned and the next attempt began.
+	attempt := w.attempt
+	req.OnSlow = func() { w.slow(attempt) }
 	if w.withStore {
 		// Deferred: a panic in Do must not leave the renewal running,
 		// which would hold the key for ever.
-		defer p.claims.Hold(w.full, w.token, w.leaseFrom, w.renewLost)()
+		defer p.claims.Hold(w.full, w.c.token, w.c.from, w.renewLost)()
 	}
-	w.sent = true
+	w.c.sent = true
 	// Neither Drain nor a lost channel (a Kafka revocation) cancels a
 	// forward in progress: the app may be acting on it, and finishing
 	// lets us commit, which turns the redelivery into a duplicate instead
@@ -415,11 +420,11 @@ func (w *work) forward() forward.Result {
 	return res
 }
 
-// slow is told when the app has not answered within app.timeout.
-func (w *work) slow() {
+// slow is told when the app has not answered attempt within app.timeout.
+func (w *work) slow(attempt int) {
 	w.event(metrics.EventSlow)
 	w.p.log.Warn("the app has not answered within app.timeout; waiting for its answer, with the key held, up to app.max_request_time",
-		w.attrs(slog.Int("attempt", w.attempt), slog.Duration("max_request_time", w.p.o.MaxRequestTime))...)
+		w.attrs(slog.Int("attempt", attempt), slog.Duration("max_request_time", w.p.o.MaxRequestTime))...)
 }
 
 // renewLost is told when a renewal found the claim gone while the
@@ -431,7 +436,7 @@ func (w *work) renewLost(error) { w.leaseLost("lease lost while forwarding") }
 // redelivery is forwarded again.
 func (w *work) commit(token string) {
 	p := w.p
-	w.held = ""
+	w.c.held = ""
 	defer w.dropLocal()
 	err := p.claims.Commit(p.calm, w.full, token)
 	switch {
@@ -447,16 +452,16 @@ func (w *work) commit(token string) {
 // releasePrior gives up a claim this message may hold from its batch, so
 // the next owner need not wait for the lease to run out.
 func (w *work) releasePrior() {
-	if w.prior != "" {
-		w.release(w.prior)
-		w.prior = ""
+	if w.c.prior != "" {
+		w.release(w.c.prior)
+		w.c.prior = ""
 	}
 }
 
 // renew extends the lease on token. It runs even while the pipeline is
 // stopping (Abort cancels the forward, and keepClaim renews after it).
 func (w *work) renew(token string) error {
-	w.leaseFrom = time.Now()
+	w.c.from = time.Now()
 	return w.p.claims.Renew(w.p.calm, w.full, token)
 }
 
@@ -464,7 +469,7 @@ func (w *work) renew(token string) error {
 // expired and another replica took the key.
 func (w *work) leaseLost(msg string) {
 	w.event(metrics.EventLeaseLost)
-	if w.p.locals.takenHere(w.full, w.token) {
+	if w.p.locals.takenHere(w.full, w.c.token) {
 		msg += ": another delivery of this key on this replica claimed it and may forward it too"
 	} else {
 		msg += ": another replica claimed the key and may forward it too"
@@ -481,15 +486,15 @@ func (w *work) leaseLost(msg string) {
 // it (notBefore); a redelivery elsewhere finds the key busy until then.
 func (w *work) keepClaim(token string, until time.Time) {
 	p := w.p
-	w.held = ""
+	w.c.held = ""
 	w.dropLocal()
 	until = later(until, time.Now().Add(p.o.Lease))
 	_ = p.claims.Keep(p.calm, w.full, token, until)
 	// Counted as kept even when that renewal failed: the lease may still
 	// run (it was renewed at most lease/3 ago), and waiting too long is
 	// the safe side.
-	w.notBefore = until
-	p.kept.keep(w.full, w.notBefore)
+	w.c.notBefore, w.c.kept = until, token
+	p.kept.keep(w.full, w.c.notBefore)
 	p.log.Info("no answer from the app; the key stays claimed, so it is not sent again while the request may still run",
 		w.attrs(slog.String("reason", w.last.Reason), slog.Time("until", until))...)
 }
@@ -503,7 +508,7 @@ func later(a, b time.Time) time.Time {
 
 func (w *work) release(token string) {
 	p := w.p
-	w.held = ""
+	w.c.held = ""
 	defer w.dropLocal()
 	if err := p.claims.Release(p.calm, w.full, token); err != nil {
 		// Harmless: the lease expires by itself.
@@ -591,21 +596,11 @@ func (w *work) gateOpen() bool {
 	}
 }
 
-// backoff is exponential with jitter; a Retry-After from the app wins when
-// longer, capped at BackoffMax so a hostile header cannot park a worker.
+// backoff is the delivery policy's delay before attempt; a Retry-After
+// from the app wins when longer, capped at BackoffMax so a hostile header
+// cannot park a worker.
 func (p *Pipeline) backoff(attempt int, retryAfter time.Duration) time.Duration {
-	d := float64(p.o.BackoffInitial) * math.Pow(2, float64(attempt-1))
-	if d > float64(p.o.BackoffMax) {
-		d = float64(p.o.BackoffMax)
-	}
-	if p.o.Jitter > 0 {
-		d *= 1 + p.o.Jitter*(2*mrand.Float64()-1)
-	}
-	out := time.Duration(d)
-	if retryAfter > out {
-		out = min(retryAfter, p.o.BackoffMax)
-	}
-	return max(out, time.Millisecond)
+	return p.retry.Delay(attempt, retryAfter)
 }
 
 func (p *Pipeline) newToken() string {

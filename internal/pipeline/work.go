@@ -23,7 +23,7 @@ import (
 //
 // A message without a usable key, or with the store down and fail-open
 // on, is acquired "claimed" without the store (w.withStore false). The
-// batch path enters at acquire with a claim taken ahead (w.ahead).
+// batch path enters at acquire with a claim taken ahead (w.c.ahead).
 
 // work is one delivery's trip through the pipeline.
 type work struct {
@@ -39,8 +39,8 @@ type work struct {
 	// withStore: the key goes through the seen-set (false: no key, or
 	// fail-open after a store error).
 	withStore bool
-	// token is the claim the current attempt runs under.
-	token string
+	// c is the message's claim on its key.
+	c claimState
 	// attempt counts tries that reached the app; down counts consecutive
 	// tries that did not (refused, no socket), which never count.
 	attempt, down int
@@ -48,30 +48,8 @@ type work struct {
 	meta          []forward.Header
 	// group, when set (a batch), takes the commit and ack of a success,
 	// so that the next message's forward need not wait for them.
-	group *committer
-	// ahead is a claim taken ahead by the batch (ClaimMany), used by the
-	// first acquire if it is still good.
-	ahead string
-	// leaseFrom is when the held claim's lease was last set (the claim or
-	// renewal was sent): its renewals are scheduled from it.
-	leaseFrom time.Time
-	// prior is a token this message may hold a claim under already (a
-	// batch claim whose answer was lost): the first claim reuses it, and
-	// a claim under the same token is idempotent, so the message does not
-	// find its own lease busy.
-	prior string
-	// held is the token of the claim this message holds now ("" when
-	// none) and sent whether a request went out under it: after a panic
-	// only a claim whose request never left may be released.
-	held string
-	sent bool
-	// notBefore: the last request may still be running at the app (it
-	// timed out or was aborted), so the key is not claimed again before
-	// then — by the lease it was left with, by no replica.
-	notBefore time.Time
-	settled   bool
-	// localToken is the claim recorded in the pipeline's localClaims.
-	localToken string
+	group   *committer
+	settled bool
 	// staleBusy: a holder in this process let go of the key while the
 	// last claim was on its way; staleRetries counts the claims sent
 	// again at once for that.
@@ -82,6 +60,38 @@ type work struct {
 	busyWait <-chan struct{}
 }
 
+// claimState is one message's claim on its key, as far as the message
+// knows it: one claim, whatever path (batch ahead, retry, panic) it took.
+type claimState struct {
+	// token is the claim the current attempt runs under.
+	token string
+	// held is the token of the claim this message holds now ("" when
+	// none) and sent whether a request went out under it: after a panic
+	// only a claim whose request never left may be released.
+	held string
+	sent bool
+	// ahead is a claim taken ahead by the batch (ClaimMany), used by the
+	// first acquire if it is still good.
+	ahead string
+	// prior is a token this message may hold a claim under already (a
+	// batch claim whose answer was lost): the first claim reuses it, and
+	// a claim under the same token is idempotent, so the message does not
+	// find its own lease busy.
+	prior string
+	// from is when the held claim's lease was last set (the claim or a
+	// renewal was sent): its renewals are scheduled from it.
+	from time.Time
+	// local is the token recorded in the pipeline's localClaims.
+	local string
+	// notBefore: the last request may still be running at the app (it was
+	// cut short or given up), so the key is not claimed again before then
+	// — by the lease it was left with, by no replica. kept is that
+	// claim's token: the retry claims under it, so that it takes its own
+	// claim over rather than racing the lease's expiry.
+	notBefore time.Time
+	kept      string
+}
+
 // maxStaleRetries bounds the immediate re-claims after stale "busy"
 // answers; each follows a real outcome here, so a few suffice.
 const maxStaleRetries = 3
@@ -89,7 +99,7 @@ const maxStaleRetries = 3
 type acquired int
 
 const (
-	claimed   acquired = iota // forward under w.token (or without the store)
+	claimed   acquired = iota // forward under w.c.token (or without the store)
 	duplicate                 // processed already: ack without forwarding
 	busy                      // another owner holds the key
 	stop                      // settled already (requeued, given up); nothing left to do
@@ -224,9 +234,9 @@ func (w *work) loop() {
 // last request can no longer be running, and the key is claimed.
 func (w *work) acquire() acquired {
 	p := w.p
-	if tok := w.ahead; tok != "" {
-		w.ahead = ""
-		w.token, w.held, w.sent = tok, tok, false
+	if tok := w.c.ahead; tok != "" {
+		w.c.ahead = ""
+		w.c.token, w.c.held, w.c.sent = tok, tok, false
 		return claimed
 	}
 	if !w.waitGate() {
@@ -234,19 +244,20 @@ func (w *work) acquire() acquired {
 		return stop
 	}
 	if !w.withStore {
-		w.token = ""
+		w.c.token = ""
 		return claimed
 	}
-	if !w.notBefore.IsZero() {
-		if !w.wait(time.Until(w.notBefore)) {
+	if !w.c.notBefore.IsZero() {
+		if !w.wait(time.Until(w.c.notBefore)) {
 			w.requeue("stopped while the last request may still run at the app")
 			return stop
 		}
-		w.notBefore = time.Time{}
+		w.c.notBefore = time.Time{}
+		w.c.prior, w.c.kept = w.c.kept, ""
 	}
 	for {
-		token := w.prior
-		w.prior = ""
+		token := w.c.prior
+		w.c.prior = ""
 		if token == "" {
 			token = p.newToken()
 		}
@@ -271,7 +282,7 @@ func (w *work) acquire() acquired {
 		case errors.Is(err, seenset.ErrUnavailable) && p.o.FailOpenOnStoreError:
 			w.event(metrics.EventStoreFailOpen)
 			p.log.Warn("seen-set unavailable, forwarding without dedupe (on_store_error: forward)", w.attrs(slog.String("err", err.Error()))...)
-			w.withStore, w.token = false, ""
+			w.withStore, w.c.token = false, ""
 			return claimed
 		default:
 			w.requeue("interrupted while the seen-set was unavailable")
@@ -283,21 +294,21 @@ func (w *work) acquire() acquired {
 		case seenset.Busy:
 			return busy
 		}
-		w.token, w.held, w.sent = token, token, false
-		w.localToken = token // recorded by unreserve
+		w.c.token, w.c.held, w.c.sent = token, token, false
+		w.c.local = token // recorded by unreserve
 		return claimed
 	}
 }
 
 // useAhead decides whether a claim the batch took ahead can be forwarded
-// under now, and leaves it in w.ahead when it can. When it cannot, the
+// under now, and leaves it in w.c.ahead when it can. When it cannot, the
 // message takes the slow path: the claim is released (the app is down),
-// left in w.prior (perhaps still ours: reused by the next claim; released
+// left in w.c.prior (perhaps still ours: reused by the next claim; released
 // by run if it stops), or lost (no longer ours).
 func (w *work) useAhead(token string, claimedAt time.Time) bool {
 	p := w.p
 	if w.halted() {
-		w.prior = token
+		w.c.prior = token
 		return false
 	}
 	if !w.gateOpen() {
@@ -306,16 +317,16 @@ func (w *work) useAhead(token string, claimedAt time.Time) bool {
 	}
 	// Claimed while earlier messages were forwarded: a lease older than
 	// a third of its life is renewed first, as a forward would.
-	w.leaseFrom = claimedAt
+	w.c.from = claimedAt
 	if time.Since(claimedAt) > p.o.Lease/3 {
 		if err := w.renew(token); err != nil {
 			if !errors.Is(err, seenset.ErrNotOwner) {
-				w.prior = token
+				w.c.prior = token
 			}
 			return false
 		}
 	}
-	w.ahead = token
+	w.c.ahead = token
 	return true
 }
 
@@ -327,12 +338,12 @@ func (w *work) settle(res forward.Result) next {
 	switch res.Outcome {
 	case forward.Success:
 		if w.withStore && w.group != nil {
-			w.held = ""
-			w.group.add(w, w.token)
+			w.c.held = ""
+			w.group.add(w, w.c.token)
 			return settled
 		}
 		if w.withStore {
-			w.commit(w.token)
+			w.commit(w.c.token)
 		}
 		w.ack(metrics.Forwarded)
 		return settled
@@ -350,7 +361,7 @@ func (w *work) settle(res forward.Result) next {
 				// as long as a request may last.
 				until = time.Now().Add(p.o.MaxRequestTime - res.Duration)
 			}
-			w.keepClaim(w.token, until)
+			w.keepClaim(w.c.token, until)
 		} else {
 			w.releaseClaim()
 		}
@@ -389,7 +400,7 @@ func (w *work) settle(res forward.Result) next {
 // releaseClaim releases the current claim, if the forward had one.
 func (w *work) releaseClaim() {
 	if w.withStore {
-		w.release(w.token)
+		w.release(w.c.token)
 	}
 }
 

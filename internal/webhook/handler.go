@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/claim"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
@@ -82,6 +84,11 @@ type Options struct {
 	OpTimeout time.Duration
 	Logger    *slog.Logger
 	Metrics   *metrics.WebhookMetrics
+	// StoreObservers are told of every seen-set call (the store metrics).
+	StoreObservers []seenset.Observer
+	// MaxRequestTime is app.max_request_time: a forward cut short by a
+	// shutdown keeps its claim until then from its start.
+	MaxRequestTime time.Duration
 }
 
 // DefaultMaxUnverified is the pre-auth limit when none is set: a body in
@@ -95,8 +102,10 @@ const unavailableRetryAfter = 5 * time.Second
 
 // Handler answers webhook requests. The order is what makes a 2xx mean
 // "stored": verify, claim the key, publish (or forward), commit, answer.
-// Any failure after the claim releases it, so the sender's retry can
-// claim the key again at once.
+// The claim goes through the same protocol as a broker message's
+// (claim.Protocol): held and renewed while the app works, released when
+// the publish or the app failed, and kept, never released, while a
+// forwarded request may still be running at the app.
 type Handler struct {
 	o   Options
 	log *slog.Logger
@@ -105,10 +114,16 @@ type Handler struct {
 	// the store slots only verified requests take.
 	unverified chan struct{}
 	slots      chan struct{}
-	tokens     *seenset.Tokens
+	claims     *claim.Protocol
 	// storeState logs Redis going down and coming back once each way;
 	// each request's own line about it is debug.
 	storeState *statelog.Tracker
+	// open are the forwards still running after their sender was
+	// answered (the app was slower than app.timeout); Drain waits for
+	// them, and past its bound cancels them with abort.
+	open  sync.WaitGroup
+	hard  context.Context
+	abort context.CancelFunc
 }
 
 // NewHandler returns a Handler.
@@ -132,9 +147,40 @@ func NewHandler(o Options) *Handler {
 		o.OpTimeout = 10 * time.Second
 	}
 	log := o.Logger.With("source", o.Name)
-	return &Handler{o: o, log: log, m: o.Metrics,
-		unverified: make(chan struct{}, o.MaxUnverified), slots: make(chan struct{}, o.MaxConcurrent), tokens: seenset.NewTokens(),
+	h := &Handler{o: o, log: log, m: o.Metrics,
+		unverified: make(chan struct{}, o.MaxUnverified), slots: make(chan struct{}, o.MaxConcurrent),
 		storeState: statelog.New(log, "seen-set unreachable: webhooks are answered 503 (the sender retries) until it is back", "seen-set reachable again")}
+	if h.o.MaxRequestTime <= 0 {
+		h.o.MaxRequestTime = forward.DefaultMaxRequestTime
+	}
+	h.hard, h.abort = context.WithCancel(context.Background())
+	h.claims = claim.New(claim.Options{
+		Store:          o.Store,
+		Observers:      append(append([]seenset.Observer(nil), o.StoreObservers...), claim.StoreState{Tracker: h.storeState}),
+		Lease:          o.Lease,
+		TTL:            o.TTL,
+		CommitAttempts: o.CommitAttempts,
+		OpTimeout:      o.OpTimeout,
+	})
+	return h
+}
+
+// Drain waits up to timeout for the forwards still running after their
+// senders were answered, then cancels those left: their claims are kept
+// until app.max_request_time from their start, so that no retry of the
+// sender's reaches the app while one of them may still run.
+func (h *Handler) Drain(timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { h.open.Wait(); close(done) }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	h.abort()
+	<-done
 }
 
 func (h *Handler) refuse(w http.ResponseWriter, status int, reason, msg string, retryAfter time.Duration) {
@@ -244,14 +290,12 @@ func (h *Handler) key(hd http.Header, body []byte) (string, string) {
 
 func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body []byte) {
 	full := h.o.Prefix + key
-	token := h.tokens.Next()
+	token := h.claims.NewToken()
 	// The sender hanging up must not cut a publish or commit short: the
 	// work goes on and its retry then finds the key done.
 	ctx := context.WithoutCancel(r.Context())
-	cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
-	res, err := h.o.Store.Claim(cctx, full, token, h.o.Lease)
-	cancel()
-	h.observe(err)
+	from := time.Now()
+	res, err := h.claims.Claim(ctx, full, token)
 	switch {
 	case errors.Is(err, seenset.ErrKeyUnusable):
 		h.log.Error("webhook key's seen-set entry is unusable; an operator must remove it", "key", key, "err", err)
@@ -277,6 +321,8 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 		err := h.o.Sink.Publish(pctx, Event{Key: key, Body: body, ContentType: r.Header.Get("Content-Type"), Headers: headers, Source: h.o.Name})
 		cancel()
 		if err != nil {
+			// Not confirmed: the sender retries, and a copy that did land
+			// is caught by the consuming source's own key.
 			h.release(ctx, full, token, key)
 			h.log.Warn("webhook not stored: publish not confirmed", "key", key, "err", err)
 			h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookTargetUnavailable, "broker unavailable", unavailableRetryAfter)
@@ -288,49 +334,101 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 		return
 	}
 
-	res2 := h.forward(ctx, full, token, key, body, r.Header.Get("Content-Type"), headers)
-	if res2.Outcome != forward.Success {
-		h.release(ctx, full, token, key)
-		h.log.Warn("webhook not processed: the app did not succeed", "key", key, "status", res2.Status, "reason", res2.Reason)
-		status, after := http.StatusServiceUnavailable, max(res2.RetryAfter, time.Second)
-		if res2.Outcome == forward.Permanent {
-			status, after = http.StatusBadGateway, 0
+	// Forward mode. The forward runs on its own goroutine so that the
+	// sender can be answered when the app is slow, while the request
+	// stays open at the app with the claim held: its late answer then
+	// settles the claim, and the sender's retry finds the key busy until
+	// then and done after a late success.
+	f := &openForward{done: make(chan forward.Result, 1), slow: make(chan struct{})}
+	h.open.Add(1)
+	go func() {
+		defer h.open.Done()
+		res := h.forward(full, token, key, from, body, r.Header.Get("Content-Type"), headers, f.slowed)
+		h.settle(ctx, full, token, key, res)
+		f.done <- res
+	}()
+	select {
+	case res := <-f.done:
+		h.answer(w, res)
+	case <-f.slow:
+		select {
+		case res := <-f.done: // answered just as app.timeout ran out
+			h.answer(w, res)
+			return
+		default:
 		}
-		h.refuse(w, status, metrics.WebhookAppFailed, "app: "+res2.Reason, after)
-		return
+		h.log.Warn("the app has not answered within app.timeout; the sender is asked to retry later while the request stays open with the key held", "key", key)
+		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookAppSlow, "the app is still processing this event; retry later", max(h.o.BusyDelay, unavailableRetryAfter))
 	}
-	h.commit(ctx, full, token, key)
-	h.m.Forwarded.Inc()
-	w.WriteHeader(http.StatusOK)
 }
 
-// forward sends the event to the app, renewing the lease meanwhile so no
-// other request takes the key while the app works on it.
-func (h *Handler) forward(ctx context.Context, full, token, key string, body []byte, ct string, headers map[string]string) forward.Result {
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		t := time.NewTicker(h.o.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				rctx, cancel := context.WithTimeout(ctx, h.o.Lease/3)
-				_ = h.o.Store.Renew(rctx, full, token, h.o.Lease)
-				cancel()
-			}
-		}
-	}()
-	return h.o.Forwarder.Do(ctx, forward.Request{
+// openForward is one forward's way back to its request: its result, or
+// word that the app is slow.
+type openForward struct {
+	done chan forward.Result
+	slow chan struct{}
+	once sync.Once
+}
+
+func (f *openForward) slowed() { f.once.Do(func() { close(f.slow) }) }
+
+// answer tells the sender what became of a forward that ended in time.
+func (h *Handler) answer(w http.ResponseWriter, res forward.Result) {
+	if res.Outcome == forward.Success {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	status, after := http.StatusServiceUnavailable, max(res.RetryAfter, time.Second)
+	if res.Outcome == forward.Permanent {
+		status, after = http.StatusBadGateway, 0
+	}
+	h.refuse(w, status, metrics.WebhookAppFailed, "app: "+res.Reason, after)
+}
+
+// forward sends the event to the app, holding the claim (renewing its
+// lease) for as long as the request is open.
+func (h *Handler) forward(full, token, key string, from time.Time, body []byte, ct string, headers map[string]string, slow func()) forward.Result {
+	stop := h.claims.Hold(full, token, from, func(error) {
+		h.log.Error("lease lost while forwarding: another request claimed the event and may forward it too", "key", key)
+	})
+	defer stop()
+	return h.o.Forwarder.Do(h.hard, forward.Request{
 		Path:           h.o.AppPath,
 		Body:           body,
 		ContentType:    ct,
 		IdempotencyKey: key,
 		Meta:           []forward.Header{{Name: "X-Dedupe-Source", Value: h.o.Name}, {Name: "X-Dedupe-Broker", Value: "webhook"}},
 		MessageHeaders: headers,
+		OnSlow:         slow,
 	})
+}
+
+// settle does to the claim what the forward's result asks (claim.Decide),
+// as the pipeline does for a broker message.
+func (h *Handler) settle(ctx context.Context, full, token, key string, res forward.Result) {
+	switch claim.Decide(res) {
+	case claim.Commit:
+		h.commit(ctx, full, token, key)
+		h.m.Forwarded.Inc()
+		if res.Slow {
+			h.log.Info("late answer from the app: the event is done", "key", key, "status", res.Status, "took", res.Duration)
+		}
+	case claim.Keep:
+		if res.Abandoned {
+			h.log.Error("no answer from the app within app.max_request_time; giving up on the request while the app may still be working on it, so a retried event may now overlap it", "key", key)
+		}
+		until := time.Now()
+		if h.hard.Err() != nil {
+			// Cut short by the shutdown: the app may go on with it for as
+			// long as a request may last.
+			until = until.Add(h.o.MaxRequestTime - res.Duration)
+		}
+		_ = h.claims.Keep(ctx, full, token, until)
+		h.log.Info("no answer from the app; the event's key stays claimed for a lease so it is not sent again while the request may still run", "key", key, "reason", res.Reason)
+	default:
+		h.release(ctx, full, token, key)
+		h.log.Warn("webhook not processed: the app did not succeed", "key", key, "status", res.Status, "reason", res.Reason)
+	}
 }
 
 // commit records the event as done. When it cannot, the event is stored
@@ -339,39 +437,20 @@ func (h *Handler) forward(ctx context.Context, full, token, key string, body []b
 // stored again after it — a duplicate the broker source (or the app's
 // Idempotency-Key) catches, never a loss.
 func (h *Handler) commit(ctx context.Context, full, token, key string) {
-	var err error
-	for i := range h.o.CommitAttempts {
-		if i > 0 {
-			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
-		}
-		cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
-		err = h.o.Store.Commit(cctx, full, token, h.o.TTL)
-		cancel()
-		h.observe(err)
-		if err == nil || errors.Is(err, seenset.ErrNotOwner) {
-			return
-		}
+	err := h.claims.Commit(ctx, full, token)
+	switch {
+	case err == nil:
+	case errors.Is(err, seenset.ErrNotOwner):
+		h.log.Error("commit refused: the lease expired and another request claimed the event", "key", key)
+	default:
+		h.log.Error("webhook stored but its key could not be recorded; a redelivery after the lease is stored again", "key", key, "err", err)
 	}
-	h.log.Error("webhook stored but its key could not be recorded; a redelivery after the lease is stored again", "key", key, "err", err)
 }
 
 func (h *Handler) release(ctx context.Context, full, token, key string) {
-	cctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
-	defer cancel()
-	err := h.o.Store.Release(cctx, full, token)
-	h.observe(err)
+	err := h.claims.Release(ctx, full, token)
 	if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
 		h.log.Log(context.Background(), storeErrLevel(err), "webhook claim not released; it frees up when its lease ends", "key", key, "err", err)
-	}
-}
-
-// observe feeds a store call's outcome to the state log: an unavailable
-// store is down, any answer (even "not the owner") means it is up.
-func (h *Handler) observe(err error) {
-	if errors.Is(err, seenset.ErrUnavailable) {
-		h.storeState.Down(err)
-	} else {
-		h.storeState.Up()
 	}
 }
 

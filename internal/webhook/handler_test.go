@@ -14,11 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
@@ -102,7 +104,8 @@ func newRig(t *testing.T, store seenset.Store, sink Sink, mutate func(*Options))
 	m := metrics.New(prometheus.NewRegistry())
 	o := Options{Name: "hooks", Prefix: "test:hooks:", Profile: ProfileStandard, Verifier: v, Store: store,
 		Lease: 3 * time.Second, TTL: time.Hour, BusyDelay: time.Second, Sink: sink, MaxBodyBytes: 1 << 10,
-		MaxConcurrent: 64, CommitAttempts: 3, OpTimeout: 2 * time.Second, Logger: testLogger(), Metrics: m.ForWebhook("hooks")}
+		MaxConcurrent: 64, CommitAttempts: 3, OpTimeout: 2 * time.Second, Logger: testLogger(), Metrics: m.ForWebhook("hooks"),
+		StoreObservers: []seenset.Observer{m.Store()}}
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -152,6 +155,26 @@ func TestSameEventTwiceOnePublish(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.m.Webhook.Duplicates.WithLabelValues("hooks")); got != 1 {
 		t.Errorf("duplicates = %v, want 1", got)
+	}
+}
+
+// The webhook's seen-set calls are in the same store metrics as the
+// pipeline's: one observed store, one way of counting.
+func TestWebhookStoreCallsAreMeasured(t *testing.T) {
+	rb := tu.NewRabbit(t)
+	q := rb.Queue("whtest.", nil)
+	r := newRig(t, newStore(t, tu.RedisAddr()), rabbitSink(t, tu.RabbitURL(), q), nil)
+	if code, _ := send(t, signed(t, r.url, "msg_measured", []byte(`{"m":1}`), time.Now())); code != http.StatusOK {
+		t.Fatalf("answered %d", code)
+	}
+	for _, op := range []string{"claim", "commit"} {
+		h := &dto.Metric{}
+		if err := r.m.StoreDuration.WithLabelValues(op).(prometheus.Histogram).Write(h); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.GetHistogram().GetSampleCount(); n != 1 {
+			t.Errorf("seen-set %s calls measured = %d, want 1", op, n)
+		}
 	}
 }
 
@@ -388,6 +411,68 @@ func TestForwardModeOneEffect(t *testing.T) {
 	req := app.Requests()[1]
 	if req.Path != "/hooks" || req.Header.Get("X-Event-Type") != "invoice.paid" || req.Header.Get("X-Dedupe-Source") != "hooks" {
 		t.Errorf("forwarded %s with %v", req.Path, req.Header)
+	}
+}
+
+// An app slower than app.timeout and the lease: the sender is answered
+// 503 at app.timeout, but the request stays open at the app with the
+// claim held. The sender's retries find the event busy (409) while it
+// runs, and done (200, no second request) after its late 2xx. Before,
+// the timeout released the claim and the retry reached the app while the
+// first request still ran.
+func TestForwardModeSlowAppNeverOverlapped(t *testing.T) {
+	var running, maxRunning, calls atomic.Int32
+	appSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := running.Add(1)
+		defer running.Add(-1)
+		if n > maxRunning.Load() {
+			maxRunning.Store(n)
+		}
+		if calls.Add(1) == 1 {
+			time.Sleep(2 * time.Second)
+		}
+	}))
+	t.Cleanup(appSrv.Close)
+	fwd, err := forward.New(forward.Config{URL: appSrv.URL, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fwd.Close)
+	r := newRig(t, newStore(t, tu.RedisAddr()), nil, func(o *Options) {
+		o.Sink, o.Forwarder, o.Lease = nil, fwd, time.Second
+	})
+	body := []byte(`{"slow":1}`)
+	code, _ := send(t, signed(t, r.url, "msg_slow", body, time.Now()))
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("slow app: answered %d, want 503 at app.timeout", code)
+	}
+	busy := 0
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, _ := send(t, signed(t, r.url, "msg_slow", body, time.Now()))
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusConflict {
+			t.Fatalf("retry answered %d, want 409 while the first request runs, then 200", code)
+		}
+		busy++
+		if time.Now().After(deadline) {
+			t.Fatal("the event never became done")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := calls.Load(); n != 1 || maxRunning.Load() != 1 {
+		t.Fatalf("the app got %d requests (at most %d at once), want 1: the late 2xx is taken", n, maxRunning.Load())
+	}
+	if busy == 0 {
+		t.Error("no retry found the event busy while its request ran")
+	}
+	if got := r.rejected(metrics.WebhookAppSlow); got != 1 {
+		t.Errorf("app_slow rejections = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(r.m.Webhook.Accepted.WithLabelValues("hooks", metrics.WebhookForwarded)); got != 1 {
+		t.Errorf("forwarded = %v, want 1", got)
 	}
 }
 

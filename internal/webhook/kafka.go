@@ -2,8 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"time"
@@ -76,10 +74,4 @@ func (s *KafkaSink) Ready() error {
 func (s *KafkaSink) Close() error {
 	s.p.Close()
 	return nil
-}
-
-func randID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

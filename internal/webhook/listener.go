@@ -18,6 +18,7 @@ type Listener struct {
 	sink             Sink
 	readTimeout      time.Duration
 	writeTimeout     time.Duration
+	drainTimeout     time.Duration
 
 	mu  sync.Mutex
 	ln  net.Listener
@@ -34,12 +35,15 @@ type ListenerOptions struct {
 	ReadTimeout time.Duration
 	// WriteTimeout bounds the whole request, including storing the event.
 	WriteTimeout time.Duration
+	// DrainTimeout bounds how long a stop waits for forwards still open
+	// at the app after their senders were answered (shutdown_timeout).
+	DrainTimeout time.Duration
 }
 
 // NewListener wraps h; sink, when not nil, is run and closed with it.
 func NewListener(o ListenerOptions, h *Handler, sink Sink) *Listener {
 	return &Listener{name: o.Name, addr: o.Listen, path: o.Path, h: h, sink: sink,
-		readTimeout: o.ReadTimeout, writeTimeout: o.WriteTimeout}
+		readTimeout: o.ReadTimeout, writeTimeout: o.WriteTimeout, drainTimeout: o.DrainTimeout}
 }
 
 // Name is the source's name.
@@ -109,6 +113,7 @@ func (l *Listener) Run(ctx context.Context) error {
 		// In-flight requests finish first: each is bounded by the write
 		// timeout, and the sink must stay up until they have published.
 		_ = srv.Shutdown(context.Background())
+		l.h.Drain(l.drainTimeout)
 		err = nil
 	case err = <-serveErr:
 		err = fmt.Errorf("webhook listener: %w", err)

@@ -85,6 +85,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/statelog"
@@ -485,15 +486,10 @@ func (s *Source) baseOpts() []kgo.Opt {
 }
 
 // clientOpts are the options every client of the package starts from.
-func clientOpts(brokers []string, clientID string, dial, backoff, backoffMax time.Duration, sec []kgo.Opt, log *slog.Logger) []kgo.Opt {
+func clientOpts(brokers []string, clientID string, dial, retryFrom, retryMax time.Duration, sec []kgo.Opt, log *slog.Logger) []kgo.Opt {
 	// From 100ms: a cut connection is usually back at once.
-	retry := func(tries int) time.Duration {
-		d := min(100*time.Millisecond, backoff)
-		for i := 1; i < tries && d < backoffMax; i++ {
-			d *= 2
-		}
-		return min(d, backoffMax)
-	}
+	policy := backoff.Policy{Initial: min(100*time.Millisecond, retryFrom), Max: retryMax}
+	retry := func(tries int) time.Duration { return policy.Delay(tries, 0) }
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID(clientID),
@@ -592,6 +588,14 @@ func (s *Source) lost(_ context.Context, _ *kgo.Client, gone map[string][]int32)
 // stopPartitions ends ps — Lost closes, nothing more is handed out — and
 // waits for their handlers; with commit, it commits what they finished.
 // Then the source forgets them.
+//
+// A revocation waits for its handlers at most half the rebalance
+// timeout: past that the group would remove this member and stop every
+// partition while it rejoins. A request still open at the app after that
+// goes on with its claim held (the pipeline renews it): the partition's
+// next owner finds the key busy and waits, and a late 2xx commits the key,
+// which the next owner then acks as a duplicate. Its offset is not
+// committed here, so it is delivered again; nothing is lost.
 func (s *Source) stopPartitions(ps []*partition, why string, commit bool) {
 	if len(ps) == 0 {
 		return
@@ -599,8 +603,21 @@ func (s *Source) stopPartitions(ps []*partition, why string, commit bool) {
 	for _, p := range ps {
 		p.stop()
 	}
+	bound := time.NewTimer(s.o.RebalanceTimeout / 2)
+	defer bound.Stop()
+	if why == "stopping" {
+		// The daemon's shutdown_timeout bounds a stop instead.
+		bound.Stop()
+	}
+wait:
 	for _, p := range ps {
-		p.wait()
+		select {
+		case <-p.done:
+		case <-bound.C:
+			s.log.Warn("kafka partitions given up while requests for them are still open at the app; their keys stay claimed until those end",
+				"when", why, "waited", s.o.RebalanceTimeout/2)
+			break wait
+		}
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
@@ -641,7 +658,7 @@ func (s *Source) pinStart(ctx context.Context, offsets map[string]map[int32]kgo.
 	if len(none) == 0 {
 		return offsets, nil
 	}
-	backoff := s.o.RetryBackoff
+	retry := backoff.Policy{Initial: s.o.RetryBackoff, Max: s.o.RetryBackoffMax}
 	for attempt := 1; ; attempt++ {
 		ends, err := s.pin(ctx, none)
 		if err == nil {
@@ -655,10 +672,9 @@ func (s *Source) pinStart(ctx context.Context, offsets map[string]map[int32]kgo.
 			s.log.Warn("kafka start_offset latest: could not commit the log end; rejoining before fetching", "err", err)
 			return nil, err
 		}
-		if !sleepCtx(ctx, backoff) {
+		if !backoff.Wait(ctx, nil, retry.Delay(attempt, 0)) {
 			return nil, ctx.Err()
 		}
-		backoff = min(backoff*2, s.o.RetryBackoffMax)
 	}
 }
 
@@ -837,16 +853,5 @@ func (s *Source) leave(cl *kgo.Client) {
 	}
 	if err != nil {
 		s.log.Info("kafka leave group as static member", "instance_id", s.o.GroupInstanceID, "err", err)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 )
 
@@ -106,9 +107,6 @@ func (p *partition) stop() {
 	p.breakLost()
 	p.cancel()
 }
-
-// wait returns once every handler the partition started has returned.
-func (p *partition) wait() { <-p.done }
 
 // release forgets the partition's metrics (another member owns it now, or
 // nobody does) and its pause, which the client would keep for a later
@@ -353,14 +351,13 @@ func (p *partition) deliver(rs []*kgo.Record, again []bool, h broker.BatchHandle
 // the link first: handing it over earlier would only see it lost again.
 func (p *partition) redeliver(ctx context.Context, r *kgo.Record, settled bool, h broker.BatchHandler) {
 	s := p.s
-	backoff := s.o.RetryBackoff
+	b := backoff.New(backoff.Policy{Initial: s.o.RetryBackoff, Max: s.o.RetryBackoffMax})
 	for {
 		s.log.Warn("kafka message given back while its partition is still assigned; delivering it again in place",
 			"topic", p.topic, "partition", p.id, "offset", r.Offset, "settled", settled)
-		if !sleepCtx(ctx, backoff) || !s.link.wait(ctx) {
+		if !backoff.Wait(ctx, nil, b.Next()) || !s.link.wait(ctx) {
 			return
 		}
-		backoff = min(backoff*2, s.o.RetryBackoffMax)
 		d := p.deliver([]*kgo.Record{r}, []bool{true}, h)[0]
 		if d.finished() || ctx.Err() != nil {
 			return
