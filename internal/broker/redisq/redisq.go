@@ -66,7 +66,7 @@ type Options struct {
 	// Replica names this replica's processing list and heartbeat; empty
 	// takes host name, pid and a random suffix, so two processes never
 	// share one.
-	Replica string
+	Replica          string
 	ReconnectInitial time.Duration
 	ReconnectMax     time.Duration
 	Logger           *slog.Logger
