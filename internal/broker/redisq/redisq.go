@@ -91,8 +91,10 @@ type Source struct {
 	log *slog.Logger
 
 	connected atomic.Bool
-	// problem is a reason Ready gives while connected (WRONGTYPE).
+	// problem is a reason Ready gives while connected (WRONGTYPE);
+	// lastErr why the last session ended or could not start.
 	problem atomic.Pointer[error]
+	lastErr atomic.Pointer[error]
 	down    time.Time
 	closed  sync.Once
 }
@@ -172,6 +174,9 @@ func (s *Source) Replica() string { return s.o.Replica }
 // Ready implements broker.Source.
 func (s *Source) Ready() error {
 	if !s.connected.Load() {
+		if e := s.lastErr.Load(); e != nil {
+			return fmt.Errorf("%w to redis queue %q: %v", broker.ErrNotConnected, s.o.Queue, *e)
+		}
 		return broker.ErrNotConnected
 	}
 	if p := s.problem.Load(); p != nil {
@@ -195,6 +200,9 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 		connected, err := s.session(ctx, h, !first)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if err != nil {
+			s.lastErr.Store(&err)
 		}
 		if connected {
 			first = false
@@ -276,11 +284,13 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 		return true, nil
 	case <-ss.failed:
 	}
+	err = ss.cause()
+	s.lastErr.Store(&err)
 	s.connected.Store(false)
 	close(ss.lost)
 	close(stop)
 	wg.Wait()
-	return true, ss.cause()
+	return true, err
 }
 
 // session is what the deliveries of one session share.
