@@ -22,6 +22,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	kafkasrc "github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
@@ -235,6 +236,32 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 			Logger:               d.log,
 			Metrics:              d.metrics.ForSource(sc.Name),
 		}), nil
+	case "redis":
+		r := sc.Redis
+		if r.Mode != "list" {
+			return nil, fmt.Errorf("redis mode %q is not implemented", r.Mode)
+		}
+		o := redisq.Options{
+			Name:                     sc.Name,
+			Addrs:                    r.Addrs,
+			URL:                      r.URL,
+			Username:                 r.Username,
+			Password:                 r.Password,
+			DB:                       r.DB,
+			Queue:                    r.Queue,
+			DeadLetter:               r.DeadLetter,
+			Workers:                  r.Workers,
+			HeartbeatTTL:             r.HeartbeatTTL,
+			TakeBabelQueueProcessing: r.TakeBabelQueueProcessing,
+			ReconnectInitial:         r.ReconnectInitial,
+			ReconnectMax:             r.ReconnectMax,
+			Logger:                   d.log,
+			Metrics:                  d.metrics.ForSource(sc.Name),
+		}
+		if r.TLS {
+			o.TLS = tlsConfig()
+		}
+		return redisq.New(o)
 	case "kafka":
 		k := sc.Kafka
 		return kafkasrc.New(kafkasrc.Options{

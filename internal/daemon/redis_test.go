@@ -1,0 +1,266 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
+)
+
+// redisHarness is one test's world for a Redis list source: a queue of
+// its own (and every key under its hash tag) on the broker's Redis,
+// which is the shared server unless the test starts one it may kill.
+type redisHarness struct {
+	*harness
+	rq    *redis.Client
+	queue string
+	dead  string
+}
+
+func newRedisHarness(t *testing.T, brokerAddr string, mutate func(*config.Config)) *redisHarness {
+	t.Helper()
+	h := &redisHarness{harness: &harness{t: t, app: testutil.NewApp(t)}}
+	h.queue = testutil.UniqueName("dptest.redis.")
+	h.dead = "{" + h.queue + "}:dead"
+	h.rq = redis.NewClient(&redis.Options{Addr: brokerAddr})
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, pattern := range []string{h.queue, "{" + h.queue + "}*"} {
+			iter := h.rq.Scan(ctx, 0, pattern, 1000).Iterator()
+			for iter.Next(ctx) {
+				h.rq.Del(ctx, iter.Val())
+			}
+		}
+		_ = h.rq.Close()
+	})
+	cfg, src := testConfig(h.app.URL)
+	src.Type = "redis"
+	r := &src.Redis
+	r.Addrs = []string{brokerAddr}
+	r.Queue = h.queue
+	r.DeadLetter = h.dead
+	r.Workers = 4
+	r.HeartbeatTTL = 3 * time.Second
+	r.ReconnectInitial = 50 * time.Millisecond
+	r.ReconnectMax = 300 * time.Millisecond
+	h.finish(cfg, src, mutate)
+	return h
+}
+
+// push is a BabelQueue producer: RPUSH of the envelope's bytes.
+func (h *redisHarness) push(elems ...[]byte) {
+	h.t.Helper()
+	for _, e := range elems {
+		if err := h.rq.RPush(context.Background(), h.queue, e).Err(); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *redisHarness) llen(key string) int64 {
+	h.t.Helper()
+	n, err := h.rq.LLen(context.Background(), key).Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+// reserved is how many elements the queue's processing lists hold.
+func (h *redisHarness) reserved() int64 {
+	h.t.Helper()
+	ctx := context.Background()
+	var n int64
+	iter := h.rq.Scan(ctx, 0, "{"+h.queue+"}:processing:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n += h.rq.LLen(ctx, iter.Val()).Val()
+	}
+	return n
+}
+
+// Every idempotency sequence of BabelQueue's conformance suite over
+// BabelQueue's Redis binding: each delivery RPUSHed as the envelope's
+// bytes, the handler's outcome played by the app's status (ok → 200,
+// throw → 400: dead-lettered, id unmarked), effects = app invocations.
+func TestRedisBabelQueueIdempotencySequences(t *testing.T) {
+	cases := testutil.IdempotencySequences(t)
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			h := newRedisHarness(t, testutil.RedisAddr(), nil)
+			p := h.start()
+			throws := h.replaySequence(p, c, 15*time.Second, func(i int, id string) {
+				h.push(envelope(id, strconv.Itoa(i)))
+			})
+			if got := p.result(t, "dead_lettered"); got != float64(throws) {
+				t.Fatalf("dead-lettered %v, want %d (one per throw)", got, throws)
+			}
+			if n := h.llen(h.dead); n != int64(throws) {
+				t.Fatalf("dead-letter list holds %d, want %d", n, throws)
+			}
+			testutil.Eventually(t, 5*time.Second, "nothing left reserved", func() bool { return h.reserved() == 0 })
+			if n := h.llen(h.queue); n != 0 {
+				t.Fatalf("queue holds %d after every delivery settled", n)
+			}
+		})
+	}
+}
+
+// The fixture a BabelQueue producer RPUSHes reaches the app byte for
+// byte, keyed by its meta.id, with the source's headers.
+func TestRedisForwardsEnvelopeUnchanged(t *testing.T) {
+	env, err := os.ReadFile(filepath.Join(testutil.BabelQueueDir(t), "fixtures", "order-created.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newRedisHarness(t, testutil.RedisAddr(), nil)
+	p := h.start()
+	h.push(env)
+	testutil.Eventually(t, 10*time.Second, "forwarded", func() bool { return p.result(t, "forwarded") == 1 })
+	r := h.app.Requests()[0]
+	if !bytes.Equal(r.Body, env) {
+		t.Fatalf("app got %q, want the element byte for byte", r.Body)
+	}
+	for k, want := range map[string]string{
+		"Idempotency-Key": "f1e2d3c4-b5a6-4789-90ab-cdef01234567",
+		"X-Dedupe-Broker": "redis",
+		"X-Dedupe-Queue":  h.queue,
+	} {
+		if got := r.Header.Get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+}
+
+// Bad elements: one that is not JSON has no key and is forwarded
+// unchanged (fail-open), or dead-lettered with on_missing_key:
+// dead_letter; one over max_body_bytes is dead-lettered with its reason
+// readable beside the dead-letter list. Nothing is lost or left.
+func TestRedisBadInput(t *testing.T) {
+	notJSON := []byte("<order id=\"1\"/>")
+	big := envelope("big-1", strings.Repeat("x", 2<<10))
+	h := newRedisHarness(t, testutil.RedisAddr(), func(c *config.Config) { c.Delivery.MaxBodyBytes = 1 << 10 })
+	p := h.start()
+	h.push(notJSON, big)
+	testutil.Eventually(t, 10*time.Second, "settled", func() bool { return p.settled(t) == 2 })
+	if p.result(t, "forwarded") != 1 || p.event(t, "no_key") != 1 || p.event(t, "body_too_large") != 1 {
+		t.Fatalf("forwarded %v no_key %v body_too_large %v, want 1 each", p.result(t, "forwarded"), p.event(t, "no_key"), p.event(t, "body_too_large"))
+	}
+	if rs := h.app.Requests(); len(rs) != 1 || !bytes.Equal(rs[0].Body, notJSON) {
+		t.Fatalf("app got %d requests, want the non-JSON element unchanged", len(rs))
+	}
+	dl, err := h.rq.LRange(context.Background(), h.dead, 0, -1).Result()
+	if err != nil || len(dl) != 1 || dl[0] != string(big) {
+		t.Fatalf("dead-letter list %d elements (%v), want the oversized one", len(dl), err)
+	}
+	why, err := redisq.DeadLetterReason(context.Background(), h.rq, h.dead, big)
+	if err != nil || why[broker.HeaderReason] != "body too large" || why[broker.HeaderSource] != "orders" {
+		t.Fatalf("reason record %v (%v)", why, err)
+	}
+	p.stop(t)
+
+	// The same non-JSON element under on_missing_key: dead_letter.
+	h2 := newRedisHarness(t, testutil.RedisAddr(), func(c *config.Config) { c.Sources[0].OnMissingKey = "dead_letter" })
+	h2.start()
+	h2.push(notJSON)
+	testutil.Eventually(t, 10*time.Second, "dead-lettered", func() bool { return h2.llen(h2.dead) == 1 })
+	if h2.app.Count() != 0 {
+		t.Fatal("forwarded a message with no key under on_missing_key: dead_letter")
+	}
+	why, _ = redisq.DeadLetterReason(context.Background(), h2.rq, h2.dead, notJSON)
+	if !strings.HasPrefix(why[broker.HeaderReason], "no key") {
+		t.Fatalf("reason record %v", why)
+	}
+	for _, x := range []*redisHarness{h, h2} {
+		if n, r := x.llen(x.queue), x.reserved(); n != 0 || r != 0 {
+			t.Fatalf("queue %d reserved %d left", n, r)
+		}
+	}
+}
+
+// The queue key holding a string (WRONGTYPE): /readyz names the key
+// and the problem, the key is left alone, and consuming resumes once the
+// operator fixed it.
+func TestRedisWrongTypeOnReadyz(t *testing.T) {
+	h := newRedisHarness(t, testutil.RedisAddr(), nil)
+	ctx := context.Background()
+	h.rq.Set(ctx, h.queue, "oops", 0)
+	d, err := New(&h.cfg, Deps{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon.Run: %v", err)
+		}
+	}()
+	var ready error
+	testutil.Eventually(t, 10*time.Second, "readyz names the wrong type", func() bool {
+		ready = d.Ready(ctx)
+		return ready != nil && strings.Contains(ready.Error(), "not a list")
+	})
+	if !strings.Contains(ready.Error(), "source orders") || !strings.Contains(ready.Error(), h.queue) {
+		t.Errorf("Ready = %q: want the source and the key", ready)
+	}
+	if v := h.rq.Get(ctx, h.queue).Val(); v != "oops" {
+		t.Fatalf("the key holds %q: it must be left alone", v)
+	}
+	h.rq.Del(ctx, h.queue)
+	h.push(envelope("after-fix", ""))
+	testutil.Eventually(t, 10*time.Second, "forwarded after the fix", func() bool { return h.app.Count() == 1 })
+	testutil.Eventually(t, 5*time.Second, "ready", func() bool { return d.Ready(ctx) == nil })
+}
+
+// The broker's Redis killed mid-stream and restarted from its append
+// only file: /readyz says the source is not connected, and why; after
+// the restart every message has had exactly one effect and nothing is
+// left in the queue or reserved.
+func TestRedisBrokerRestart(t *testing.T) {
+	srv := testutil.StartRedisPersistent(t)
+	h := newRedisHarness(t, srv.Addr(), nil)
+	h.app.SetRespond(func(*testutil.Request, int) int { time.Sleep(20 * time.Millisecond); return 200 })
+	p := h.start()
+	const n = 200
+	for i := range n {
+		h.push(envelope(fmt.Sprintf("restart-%03d", i), ""))
+	}
+	testutil.Eventually(t, 10*time.Second, "consuming", func() bool { return h.app.Count() >= 10 })
+	srv.Kill()
+	var ready error
+	testutil.Eventually(t, 10*time.Second, "readyz names the broker", func() bool {
+		ready = p.d.Ready(context.Background())
+		return ready != nil && strings.Contains(ready.Error(), "source orders")
+	})
+	if !strings.Contains(ready.Error(), "not connected to redis queue") {
+		t.Errorf("Ready = %q: want a line saying the redis queue is unreachable", ready)
+	}
+	if h.app.Count() >= n {
+		t.Fatal("every message went through before the kill: the case needs some left")
+	}
+	time.Sleep(time.Second)
+	srv.Restart()
+	testutil.Eventually(t, 60*time.Second, "every message effected", func() bool { return len(h.app.Effects()) == n })
+	testutil.Eventually(t, 10*time.Second, "ready again", func() bool { return p.d.Ready(context.Background()) == nil })
+	testutil.Eventually(t, 10*time.Second, "nothing left", func() bool { return h.llen(h.queue) == 0 && h.reserved() == 0 })
+	for k, c := range h.app.Effects() {
+		if c != 1 {
+			t.Errorf("%s effected %d times", k, c)
+		}
+	}
+}
