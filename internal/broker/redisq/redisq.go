@@ -46,9 +46,20 @@ type Options struct {
 	Password string
 	DB       int
 	TLS      *tls.Config
-	// Queue is the list producers RPUSH to.
+	// Queue is the list producers RPUSH to (mode list).
 	Queue string
-	// DeadLetter is the dead-letter list, "" for none. It must carry the
+	// Stream is the stream producers XADD to (mode stream, NewStream);
+	// Group the consumer group, BodyField the entry field that is the
+	// body. An entry pending ClaimIdle with a consumer that stopped
+	// renewing it is taken over (XAUTOCLAIM); one whose delivery count
+	// exceeds MaxDeliveries is dead-lettered to the stream DeadLetter.
+	Stream        string
+	Group         string
+	BodyField     string
+	ClaimIdle     time.Duration
+	MaxDeliveries int
+	// DeadLetter is the dead-letter list (a stream in mode stream), ""
+	// for none. A list must carry the
 	// queue's hash tag (see HashTag) so one script can move an element
 	// there on Cluster; its reasons hash is DeadLetter+":reasons".
 	DeadLetter string
@@ -128,6 +139,17 @@ func New(o Options) (*Source, error) {
 	if o.DeadLetter != "" && HashTag(o.DeadLetter) != HashTag(o.Queue) {
 		return nil, fmt.Errorf("redis: dead-letter list %q must carry the queue's hash tag {%s}", o.DeadLetter, HashTag(o.Queue))
 	}
+	rdb, err := newClient(o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{o: o, k: newKeys(o.Queue, o.DeadLetter), rdb: rdb}
+	s.log = o.Logger.With("source", o.Name, "queue", o.Queue, "replica", o.Replica)
+	return s, nil
+}
+
+// newClient is the client of one source, list or stream.
+func newClient(o Options) (redis.UniversalClient, error) {
 	uo := &redis.UniversalOptions{
 		Addrs:    o.Addrs,
 		Username: o.Username,
@@ -155,9 +177,7 @@ func New(o Options) (*Source, error) {
 	if len(uo.Addrs) == 0 {
 		return nil, errors.New("redis: addrs or url must be set")
 	}
-	s := &Source{o: o, k: newKeys(o.Queue, o.DeadLetter), rdb: redis.NewUniversalClient(uo)}
-	s.log = o.Logger.With("source", o.Name, "queue", o.Queue, "replica", o.Replica)
-	return s, nil
+	return redis.NewUniversalClient(uo), nil
 }
 
 // Name implements broker.Source.
