@@ -63,7 +63,10 @@ func (s *Source) validateRedis(at string, p *problems) {
 		if r.TakeBabelQueueProcessing {
 			p.add(at+".take_babelqueue_processing", "is for mode list")
 		}
-		p.positive(at+".claim_idle", r.ClaimIdle)
+		// Renewed every third of it, at most a second late.
+		if r.ClaimIdle < 3*time.Second {
+			p.add(at+".claim_idle", "must be at least 3s, got %s", r.ClaimIdle)
+		}
 		p.atLeast(at+".max_deliveries", r.MaxDeliveries, 1)
 		if r.BodyField == "" {
 			p.add(at+".body_field", "must name the entry field that holds the body")

@@ -63,7 +63,7 @@ func TestRedisSourceValidation(t *testing.T) {
 		{"list", func(s *Source) { s.OnMissingKey = "dead_letter" }, "sources[0].on_missing_key: dead_letter needs sources[0].redis.dead_letter"},
 		{"list", func(s *Source) { s.Redis.Stream = "s" }, "sources[0].redis.stream: is for mode stream"},
 		{"stream", func(s *Source) { s.Redis.Stream = "" }, "sources[0].redis.stream: must be set"},
-		{"stream", func(s *Source) { s.Redis.ClaimIdle = 0 }, "sources[0].redis.claim_idle: must be a positive duration, got 0s"},
+		{"stream", func(s *Source) { s.Redis.ClaimIdle = 0 }, "sources[0].redis.claim_idle: must be at least 3s, got 0s"},
 		{"stream", func(s *Source) { s.Redis.MaxDeliveries = 0 }, "sources[0].redis.max_deliveries: must be at least 1"},
 		{"stream", func(s *Source) { s.Redis.BodyField = "" }, "sources[0].redis.body_field: must name the entry field"},
 		{"stream", func(s *Source) { s.Redis.TakeBabelQueueProcessing = true }, "sources[0].redis.take_babelqueue_processing: is for mode list"},

@@ -238,17 +238,21 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 		}), nil
 	case "redis":
 		r := sc.Redis
-		if r.Mode != "list" {
-			return nil, fmt.Errorf("redis mode %q is not implemented", r.Mode)
-		}
 		o := redisq.Options{
-			Name:                     sc.Name,
-			Addrs:                    r.Addrs,
-			URL:                      r.URL,
-			Username:                 r.Username,
-			Password:                 r.Password,
-			DB:                       r.DB,
-			Queue:                    r.Queue,
+			Name:     sc.Name,
+			Addrs:    r.Addrs,
+			URL:      r.URL,
+			Username: r.Username,
+			Password: r.Password,
+			DB:       r.DB,
+			Queue:    r.Queue,
+			Stream:   r.Stream,
+			// The group is the consumer: every replica of it shares the
+			// stream's entries, another consumer reads them all again.
+			Group:                    d.cfg.Consumer,
+			BodyField:                r.BodyField,
+			ClaimIdle:                r.ClaimIdle,
+			MaxDeliveries:            r.MaxDeliveries,
 			DeadLetter:               r.DeadLetter,
 			Workers:                  r.Workers,
 			HeartbeatTTL:             r.HeartbeatTTL,
@@ -260,6 +264,9 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 		}
 		if r.TLS {
 			o.TLS = tlsConfig()
+		}
+		if r.Mode == "stream" {
+			return redisq.NewStream(o)
 		}
 		return redisq.New(o)
 	case "kafka":

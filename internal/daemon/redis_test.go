@@ -90,6 +90,81 @@ func (h *redisHarness) reserved() int64 {
 	return n
 }
 
+// newRedisStreamHarness is newRedisHarness for mode stream: the queue's
+// name is the stream, the key is bq-message-id, then the envelope's.
+func newRedisStreamHarness(t *testing.T, mutate func(*config.Config)) *redisHarness {
+	return newRedisHarness(t, testutil.RedisAddr(), func(c *config.Config) {
+		s := &c.Sources[0]
+		s.Key = []string{"header:bq-message-id", "json:meta.id"}
+		s.Redis.Mode, s.Redis.Stream, s.Redis.Queue = "stream", s.Redis.Queue, ""
+		s.Redis.ClaimIdle = 3 * time.Second
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+}
+
+// xadd is a producer of mode stream: the envelope in field body and
+// meta.id in bq-message-id, as on Kafka.
+func (h *redisHarness) xadd(id string, body []byte) {
+	h.t.Helper()
+	v := map[string]any{"body": body}
+	if id != "" {
+		v["bq-message-id"] = id
+	}
+	if err := h.rq.XAdd(context.Background(), &redis.XAddArgs{Stream: h.queue, Values: v}).Err(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// Every idempotency sequence over mode stream, each delivery XADDed with
+// bq-message-id.
+func TestRedisStreamBabelQueueIdempotencySequences(t *testing.T) {
+	cases := testutil.IdempotencySequences(t)
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			h := newRedisStreamHarness(t, nil)
+			p := h.start()
+			throws := h.replaySequence(p, c, 15*time.Second, func(i int, id string) {
+				h.xadd(id, envelope(id, strconv.Itoa(i)))
+			})
+			if got := p.result(t, "dead_lettered"); got != float64(throws) {
+				t.Fatalf("dead-lettered %v, want %d (one per throw)", got, throws)
+			}
+			ctx := context.Background()
+			if n := h.rq.XLen(ctx, h.dead).Val(); n != int64(throws) {
+				t.Fatalf("dead-letter stream holds %d, want %d", n, throws)
+			}
+			testutil.Eventually(t, 5*time.Second, "nothing pending", func() bool {
+				return h.rq.XPending(ctx, h.queue, h.cfg.Consumer).Val().Count == 0
+			})
+		})
+	}
+}
+
+// Mode stream forwards the body field byte for byte with its other
+// fields as allow-listed headers, keyed by bq-message-id.
+func TestRedisStreamForwards(t *testing.T) {
+	h := newRedisStreamHarness(t, func(c *config.Config) { c.App.HeaderAllowlist = []string{"x-tenant"} })
+	p := h.start()
+	env := envelope("env-id", "")
+	if err := h.rq.XAdd(context.Background(), &redis.XAddArgs{Stream: h.queue, Values: map[string]any{
+		"body": env, "bq-message-id": "hdr-id", "x-tenant": "acme", "content-type": "application/json"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "forwarded", func() bool { return p.result(t, "forwarded") == 1 })
+	r := h.app.Requests()[0]
+	if !bytes.Equal(r.Body, env) {
+		t.Fatalf("app got %q, want the body field byte for byte", r.Body)
+	}
+	for k, want := range map[string]string{"Idempotency-Key": "hdr-id", "X-Tenant": "acme", "Content-Type": "application/json", "X-Dedupe-Broker": "redis"} {
+		if got := r.Header.Get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+}
+
 // Every idempotency sequence of BabelQueue's conformance suite over
 // BabelQueue's Redis binding: each delivery RPUSHed as the envelope's
 // bytes, the handler's outcome played by the app's status (ok → 200,
