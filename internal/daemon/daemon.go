@@ -238,30 +238,8 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 		}), nil
 	case "redis":
 		r := sc.Redis
-		o := redisq.Options{
-			Name:     sc.Name,
-			Addrs:    r.Addrs,
-			URL:      r.URL,
-			Username: r.Username,
-			Password: r.Password,
-			DB:       r.DB,
-			Queue:    r.Queue,
-			Stream:   r.Stream,
-			// The group is the consumer: every replica of it shares the
-			// stream's entries, another consumer reads them all again.
-			Group:                    d.cfg.Consumer,
-			BodyField:                r.BodyField,
-			ClaimIdle:                r.ClaimIdle,
-			MaxDeliveries:            r.MaxDeliveries,
-			DeadLetter:               r.DeadLetter,
-			Workers:                  r.Workers,
-			HeartbeatTTL:             r.HeartbeatTTL,
-			TakeBabelQueueProcessing: r.TakeBabelQueueProcessing,
-			ReconnectInitial:         r.ReconnectInitial,
-			ReconnectMax:             r.ReconnectMax,
-			Logger:                   d.log,
-			Metrics:                  d.metrics.ForSource(sc.Name),
-		}
+		o := sc.RedisOptions(d.cfg.Consumer)
+		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
 		if r.TLS {
 			o.TLS = tlsConfig()
 		}
