@@ -303,17 +303,35 @@ func TestRedisWrongTypeOnReadyz(t *testing.T) {
 }
 
 // The broker's Redis killed mid-stream and restarted from its append
-// only file: /readyz says the source is not connected, and why; after
-// the restart every message has had exactly one effect and nothing is
-// left in the queue or reserved.
+// only file, in both modes: /readyz says the source is not connected,
+// and why; after the restart every message has had exactly one effect
+// and nothing is left in the queue, reserved or pending.
 func TestRedisBrokerRestart(t *testing.T) {
+	for _, mode := range []string{"list", "stream"} {
+		t.Run(mode, func(t *testing.T) { t.Parallel(); redisBrokerRestart(t, mode) })
+	}
+}
+
+func redisBrokerRestart(t *testing.T, mode string) {
 	srv := testutil.StartRedisPersistent(t)
-	h := newRedisHarness(t, srv.Addr(), nil)
+	h := newRedisHarness(t, srv.Addr(), func(c *config.Config) {
+		if mode == "stream" {
+			s := &c.Sources[0]
+			s.Key = []string{"header:bq-message-id", "json:meta.id"}
+			s.Redis.Mode, s.Redis.Stream, s.Redis.Queue = "stream", s.Redis.Queue, ""
+			s.Redis.ClaimIdle = 3 * time.Second
+		}
+	})
 	h.app.SetRespond(func(*testutil.Request, int) int { time.Sleep(20 * time.Millisecond); return 200 })
 	p := h.start()
 	const n = 200
 	for i := range n {
-		h.push(envelope(fmt.Sprintf("restart-%03d", i), ""))
+		id := fmt.Sprintf("restart-%03d", i)
+		if mode == "stream" {
+			h.xadd(id, envelope(id, ""))
+		} else {
+			h.push(envelope(id, ""))
+		}
 	}
 	testutil.Eventually(t, 10*time.Second, "consuming", func() bool { return h.app.Count() >= 10 })
 	srv.Kill()
@@ -322,20 +340,81 @@ func TestRedisBrokerRestart(t *testing.T) {
 		ready = p.d.Ready(context.Background())
 		return ready != nil && strings.Contains(ready.Error(), "source orders")
 	})
-	if !strings.Contains(ready.Error(), "not connected to redis queue") {
-		t.Errorf("Ready = %q: want a line saying the redis queue is unreachable", ready)
+	if want := "not connected to redis " + map[string]string{"list": "queue", "stream": "stream"}[mode]; !strings.Contains(ready.Error(), want) {
+		t.Errorf("Ready = %q: want a line saying %q", ready, want)
 	}
 	if h.app.Count() >= n {
 		t.Fatal("every message went through before the kill: the case needs some left")
 	}
 	time.Sleep(time.Second)
 	srv.Restart()
+	// Stream entries in hand at the kill are taken over after claim_idle.
 	testutil.Eventually(t, 60*time.Second, "every message effected", func() bool { return len(h.app.Effects()) == n })
 	testutil.Eventually(t, 10*time.Second, "ready again", func() bool { return p.d.Ready(context.Background()) == nil })
-	testutil.Eventually(t, 10*time.Second, "nothing left", func() bool { return h.llen(h.queue) == 0 && h.reserved() == 0 })
+	testutil.Eventually(t, 10*time.Second, "nothing left", func() bool {
+		if mode == "stream" {
+			return h.rq.XPending(context.Background(), h.queue, h.cfg.Consumer).Val().Count == 0
+		}
+		return h.llen(h.queue) == 0 && h.reserved() == 0
+	})
 	for k, c := range h.app.Effects() {
 		if c != 1 {
 			t.Errorf("%s effected %d times", k, c)
 		}
 	}
+}
+
+// A stream key holding another type: /readyz names the stream and the
+// problem; the key is left alone.
+func TestRedisStreamWrongTypeOnReadyz(t *testing.T) {
+	h := newRedisStreamHarness(t, nil)
+	ctx := context.Background()
+	h.rq.RPush(ctx, h.queue, "a list")
+	d, err := New(&h.cfg, Deps{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon.Run: %v", err)
+		}
+	}()
+	var ready error
+	testutil.Eventually(t, 10*time.Second, "readyz names the wrong type", func() bool {
+		ready = d.Ready(ctx)
+		return ready != nil && strings.Contains(ready.Error(), "is not a stream")
+	})
+	if !strings.Contains(ready.Error(), "source orders") || !strings.Contains(ready.Error(), h.queue) {
+		t.Errorf("Ready = %q: want the source and the key", ready)
+	}
+	if v := h.rq.LRange(ctx, h.queue, 0, -1).Val(); len(v) != 1 || v[0] != "a list" {
+		t.Fatalf("the key holds %q: it must be left alone", v)
+	}
+}
+
+// Mode stream, bad entries: a non-JSON body without bq-message-id is
+// forwarded unchanged (fail-open); a body over max_body_bytes is
+// dead-lettered to the dead-letter stream with its reason.
+func TestRedisStreamBadInput(t *testing.T) {
+	notJSON := []byte("<order id=\"1\"/>")
+	big := envelope("big-1", strings.Repeat("x", 2<<10))
+	h := newRedisStreamHarness(t, func(c *config.Config) { c.Delivery.MaxBodyBytes = 1 << 10 })
+	p := h.start()
+	h.xadd("", notJSON)
+	h.xadd("big-1", big)
+	testutil.Eventually(t, 10*time.Second, "settled", func() bool { return p.settled(t) == 2 })
+	if rs := h.app.Requests(); len(rs) != 1 || !bytes.Equal(rs[0].Body, notJSON) {
+		t.Fatalf("app got %d requests, want the non-JSON body unchanged", len(rs))
+	}
+	dl := h.rq.XRange(context.Background(), h.dead, "-", "+").Val()
+	if len(dl) != 1 || dl[0].Values["body"] != string(big) || dl[0].Values[broker.HeaderReason] != "body too large" {
+		t.Fatalf("dead-letter stream %d entries, want the oversized one with its reason", len(dl))
+	}
+	testutil.Eventually(t, 5*time.Second, "nothing pending", func() bool {
+		return h.rq.XPending(context.Background(), h.queue, h.cfg.Consumer).Val().Count == 0
+	})
 }
