@@ -475,6 +475,31 @@ func (s *Source) takeBabelQueue(ctx context.Context) error {
 	return nil
 }
 
+// reserve moves the next element into the processing list: at once
+// when the queue has one, else waiting up to a second (Redis' smallest
+// whole timeout, which bounds how long stopping waits for an idle
+// worker). redis.Nil when nothing came.
+func (s *Source) reserve(ctx context.Context, proc string) (elem []byte, redelivered bool, err error) {
+	res, err := reserveScript.Run(ctx, s.rdb, []string{s.k.queue, proc, s.k.redelivered}).Slice()
+	if err == nil && len(res) == 2 {
+		v, _ := res[0].(string)
+		n, _ := res[1].(int64)
+		return []byte(v), n == 1, nil
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, err
+	}
+	v, err := s.rdb.BLMove(ctx, s.k.queue, proc, "LEFT", "LEFT", time.Second).Bytes()
+	if err != nil {
+		return nil, false, err
+	}
+	// The element is reserved here now and must be handed out: when the
+	// mark cannot be read, it is taken as redelivered (the mark only
+	// informs the app; a broken connection fails the settle after).
+	n, err := s.rdb.HExists(ctx, s.k.redelivered, digest(v)).Result()
+	return v, n || err != nil, nil
+}
+
 // work reserves elements one at a time and hands each to h.
 func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h broker.Handler) {
 	retry := backoff.New(backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax})
@@ -485,9 +510,7 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 			return
 		default:
 		}
-		// One second, Redis' smallest whole timeout: it bounds how long
-		// stopping waits for an idle worker.
-		v, err := s.rdb.BLMove(ctx, s.k.queue, proc, "LEFT", "LEFT", time.Second).Bytes()
+		v, redelivered, err := s.reserve(ctx, proc)
 		if errors.Is(err, redis.Nil) {
 			s.clearProblem()
 			continue
@@ -500,7 +523,7 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 			// WRONGTYPE and its like: a server answer, not a broken
 			// connection. Nothing moved; say why on /readyz and retry,
 			// an operator may be fixing the key.
-			if strings.HasPrefix(err.Error(), "WRONGTYPE") {
+			if strings.Contains(err.Error(), "WRONGTYPE") {
 				err = fmt.Errorf("%w: %q is not a list (%v); nothing is consumed until it is fixed", ErrWrongType, s.k.queue, err)
 			} else {
 				err = fmt.Errorf("redis: reserve from %q: %w", s.k.queue, err)
@@ -515,13 +538,6 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 		}
 		retry.Reset()
 		s.clearProblem()
-		d := digest(v)
-		_, err = s.rdb.HGet(ctx, s.k.redelivered, d).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			// The element is reserved here and given back on reconnect.
-			ss.fail(fmt.Errorf("read redelivery mark: %w", err))
-			return
-		}
 		select {
 		case <-stop:
 			// Fetched but never handed out: the session's end gives the
@@ -529,12 +545,12 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 			return
 		default:
 		}
-		h(&delivery{s: s, ss: ss, digest: d, msg: broker.Message{
+		h(&delivery{s: s, ss: ss, msg: broker.Message{
 			Body:        v,
 			Source:      s.o.Name,
 			Kind:        Kind,
 			Queue:       s.o.Queue,
-			Redelivered: err == nil,
+			Redelivered: redelivered,
 			Received:    time.Now(),
 		}})
 	}
@@ -550,7 +566,6 @@ type delivery struct {
 	s       *Source
 	ss      *session
 	msg     broker.Message
-	digest  string
 	settled atomic.Bool
 }
 

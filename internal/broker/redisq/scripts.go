@@ -53,3 +53,11 @@ while true do
 end
 if ARGV[2] ~= '1' then redis.call('SREM', KEYS[4], ARGV[1]) end
 return n`)
+
+// reserve is the reservation when the queue is not empty: the move and
+// the redelivery mark in one round trip instead of BLMOVE and HEXISTS.
+// KEYS queue, processing, redelivered. false when the queue is empty.
+var reserveScript = redis.NewScript(`
+local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'LEFT')
+if not v then return false end
+return {v, redis.call('HEXISTS', KEYS[3], redis.sha1hex(v))}`)
