@@ -79,6 +79,8 @@ func drain(b *testing.B, src broker.Source) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
 	cancel()
-	<-ran
+	if err := <-ran; err != nil {
+		b.Error(err)
+	}
 	_ = src.Close()
 }
