@@ -252,7 +252,7 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) (connected bool, err error) {
 	// The commands of a session run under a context that stopping does
 	// not cancel: a BLMOVE cut short could leave an element moved and
-	// not handed out. Each waits at most Block (or a read timeout).
+	// not handed out. Each waits at most a second (or a read timeout).
 	bg := context.WithoutCancel(ctx)
 	if err := s.rdb.Ping(bg).Err(); err != nil {
 		return false, fmt.Errorf("ping: %w", err)
@@ -280,18 +280,22 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	}
 	s.log.Info("redis consuming", attrs...)
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.heartbeat(bg, ss, stop) }()
+	// The heartbeat outlives the workers: a handler still finishing on
+	// stop holds its element, and an expired heartbeat would let another
+	// replica give it back meanwhile.
+	stop, stopBeat := make(chan struct{}), make(chan struct{})
+	var workers, beat sync.WaitGroup
+	beat.Add(1)
+	go func() { defer beat.Done(); s.heartbeat(bg, ss, stopBeat) }()
 	for range s.o.Workers {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.work(bg, ss, stop, h) }()
+		workers.Add(1)
+		go func() { defer workers.Done(); s.work(bg, ss, stop, h) }()
 	}
+	defer func() { close(stopBeat); beat.Wait() }()
 	select {
 	case <-ctx.Done():
 		close(stop)
-		wg.Wait()
+		workers.Wait()
 		s.connected.Store(false)
 		// Every handler returned: what is still reserved was fetched and
 		// never handed out, or not settled. Back to the head of the queue
@@ -309,7 +313,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	s.connected.Store(false)
 	close(ss.lost)
 	close(stop)
-	wg.Wait()
+	workers.Wait()
 	return true, err
 }
 

@@ -415,3 +415,29 @@ func TestDeadLetterMustShareHashTag(t *testing.T) {
 		_ = s.Close()
 	}
 }
+
+// Stopping waits for a handler still finishing, and the heartbeat goes
+// on meanwhile: another replica does not take the element it holds,
+// however long past the TTL the handler takes.
+func TestStopKeepsHeartbeatWhileHandlersFinish(t *testing.T) {
+	const ttl = 3 * time.Second
+	q := newQueue(t, testutil.RedisAddr())
+	q.push(t, []byte("finishing"))
+	holding := make(chan struct{})
+	slow := consumeWith(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl},
+		func(d broker.Delivery) error {
+			close(holding)
+			time.Sleep(2 * ttl)
+			return d.Ack(context.Background())
+		})
+	<-holding
+	other := consume(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl})
+	slow.stop(t) // returns once the handler acked
+	if got := other.bodies(); len(got) != 0 {
+		t.Fatalf("another replica got %q while the stopping one finished it", got)
+	}
+	other.stop(t)
+	if n := q.llen(t, q.name); n != 0 {
+		t.Fatalf("queue holds %d", n)
+	}
+}

@@ -181,12 +181,15 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 	}
 	s.log.Info("redis stream consuming", attrs...)
 
-	stop := make(chan struct{})
+	// Renewing outlives fetching and the workers: an entry a handler is
+	// still finishing on stop must not go idle and be taken over.
+	stop, stopRenew := make(chan struct{}), make(chan struct{})
 	work := make(chan entry)
-	var wg, workers sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.renew(bg, ss, stop) }()
-	go func() { defer wg.Done(); defer close(work); s.fetch(bg, ss, stop, work) }()
+	var renewer, workers sync.WaitGroup
+	renewer.Add(1)
+	go func() { defer renewer.Done(); s.renew(bg, ss, stopRenew) }()
+	workers.Add(1)
+	go func() { defer workers.Done(); defer close(work); s.fetch(bg, ss, stop, work) }()
 	for range s.o.Workers {
 		workers.Add(1)
 		go func() {
@@ -206,8 +209,9 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 	}
 	s.connected.Store(false)
 	close(stop)
-	wg.Wait()
 	workers.Wait()
+	close(stopRenew)
+	renewer.Wait()
 	if err == nil {
 		s.forgetConsumer(bg)
 	}

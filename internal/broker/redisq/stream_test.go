@@ -175,3 +175,25 @@ func TestStreamMaxDeliveriesDeadLetters(t *testing.T) {
 		t.Errorf("%d pending after the dead letter", n)
 	}
 }
+
+// Stopping waits for a handler still finishing, renewing its entry
+// meanwhile: another replica does not take it over past claim_idle.
+func TestStreamStopKeepsRenewingWhileHandlersFinish(t *testing.T) {
+	const idle = 3 * time.Second
+	q := newQueue(t, testutil.RedisAddr())
+	group := testutil.UniqueName("dptest-group-")
+	q.xadd(t, brokertest.Message{Body: []byte("finishing")})
+	o := redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: idle}
+	holding := make(chan struct{})
+	slow := consumeStream(t, o, func(d broker.Delivery) error { close(holding); time.Sleep(2 * idle); return ack(d) })
+	<-holding
+	other := consumeStream(t, o, ack)
+	slow.stop(t)
+	if got := other.messages(); len(got) != 0 {
+		t.Fatalf("another replica took %q over while the stopping one finished it", got[0].Body)
+	}
+	other.stop(t)
+	if n := q.pending(t, group); n != 0 {
+		t.Fatalf("%d pending", n)
+	}
+}
