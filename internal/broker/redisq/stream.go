@@ -248,7 +248,9 @@ func (s *StreamSource) fetch(ctx context.Context, ss *session, stop <-chan struc
 			es, err = s.readNew(ctx)
 		}
 		if err != nil {
-			if !isReply(err) {
+			if !isReply(err) || strings.HasPrefix(err.Error(), "NOGROUP") {
+				// NOGROUP: the group was deleted under us; the next
+				// session creates it again.
 				ss.fail(fmt.Errorf("read: %w", err))
 				return
 			}

@@ -197,3 +197,27 @@ func TestStreamStopKeepsRenewingWhileHandlersFinish(t *testing.T) {
 		t.Fatalf("%d pending", n)
 	}
 }
+
+// The group deleted under a running source (an operator's XGROUP
+// DESTROY): the source creates it again and goes on consuming.
+func TestStreamGroupDeletedIsCreatedAgain(t *testing.T) {
+	q := newQueue(t, testutil.RedisAddr())
+	group := testutil.UniqueName("dptest-group-")
+	ctx := context.Background()
+	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: 3 * time.Second}, ack)
+	q.xadd(t, brokertest.Message{Body: []byte("before")})
+	testutil.Eventually(t, 10*time.Second, "first", func() bool { return len(c.messages()) == 1 })
+	if err := q.rdb.XGroupDestroy(ctx, q.name, group).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q.xadd(t, brokertest.Message{Body: []byte("after")})
+	testutil.Eventually(t, 15*time.Second, "consuming again", func() bool {
+		for _, m := range c.messages() {
+			if string(m.Body) == "after" {
+				return true
+			}
+		}
+		return false
+	})
+	testutil.Eventually(t, 5*time.Second, "ready", func() bool { return c.src.Ready() == nil })
+}
