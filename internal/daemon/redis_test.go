@@ -418,3 +418,28 @@ func TestRedisStreamBadInput(t *testing.T) {
 		return h.rq.XPending(context.Background(), h.queue, h.cfg.Consumer).Val().Count == 0
 	})
 }
+
+// A replica that died holding messages (registered, its heartbeat gone):
+// the proxy gives them back and forwards them, and the metrics say so.
+func TestRedisDeadReplicaReclaimedMetrics(t *testing.T) {
+	h := newRedisHarness(t, testutil.RedisAddr(), nil)
+	ctx := context.Background()
+	tag := "{" + h.queue + "}"
+	h.rq.LPush(ctx, tag+":processing:ghost", envelope("ghost-1", ""), envelope("ghost-2", ""))
+	h.rq.SAdd(ctx, tag+":replicas", "ghost")
+	h.push(envelope("live-1", ""))
+	p := h.start()
+	testutil.Eventually(t, 10*time.Second, "forwarded", func() bool { return p.result(t, "forwarded") == 3 })
+	if got := p.gauge(t, "dedupe_proxy_redis_reclaimed_total"); got != 2 {
+		t.Errorf("reclaimed = %v, want 2", got)
+	}
+	for _, r := range h.app.Requests() {
+		if want := strings.HasPrefix(r.Key, "ghost-"); (r.Header.Get("X-Dedupe-Redelivered") == "true") != want {
+			t.Errorf("%s: X-Dedupe-Redelivered %q", r.Key, r.Header.Get("X-Dedupe-Redelivered"))
+		}
+	}
+	// Read at every heartbeat (a third of 3s).
+	testutil.Eventually(t, 5*time.Second, "gauges", func() bool {
+		return p.gauge(t, "dedupe_proxy_redis_queue_length") == 0 && p.gauge(t, "dedupe_proxy_redis_processing_length") == 0
+	})
+}
