@@ -2,11 +2,15 @@ package redisq_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/brokertest"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
@@ -70,4 +74,40 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	t.Logf("queue slot %d, BabelQueue's shared list slot %d", slot(q.name), slot(q.name+":processing"))
+}
+
+// Mode stream on Redis Cluster: read, requeue, dead-letter (to a stream
+// in another slot) and take over a dead consumer's entries.
+func TestClusterStream(t *testing.T) {
+	t.Parallel()
+	cl := testutil.StartRedisCluster(t, testutil.RedisClusterOptions{})
+	q := newQueue(t, cl.Addrs()...)
+	q.dead = q.name + ".dlq" // no hash tag: another slot, two commands
+	t.Cleanup(func() { q.rdb.Del(context.Background(), q.dead) })
+	ctx := context.Background()
+	group := "g"
+	q.rdb.XGroupCreateMkStream(ctx, q.name, group, "0")
+	q.xadd(t, brokertest.Message{Body: []byte("ghost-0")})
+	q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "ghost", Streams: []string{q.name, ">"}, Count: 1})
+	for i := range 5 {
+		q.xadd(t, brokertest.Message{Body: fmt.Appendf(nil, "c-%d", i)})
+	}
+	var requeued atomic.Bool
+	c := consumeStream(t, redisq.Options{Addrs: cl.Addrs(), Stream: q.name, Group: group, ClaimIdle: 3 * time.Second, DeadLetter: q.dead},
+		func(d broker.Delivery) error {
+			switch string(d.Message().Body) {
+			case "c-0":
+				return d.DeadLetter(ctx, broker.DeadLetterInfo{Reason: "permanent: status 400"})
+			case "c-1":
+				if requeued.CompareAndSwap(false, true) {
+					return d.Requeue(ctx)
+				}
+			}
+			return d.Ack(ctx)
+		})
+	testutil.Eventually(t, 20*time.Second, "all settled", func() bool { return len(c.messages()) == 7 })
+	testutil.Eventually(t, 5*time.Second, "nothing pending", func() bool { return q.pending(t, group) == 0 })
+	if n := q.rdb.XLen(ctx, q.dead).Val(); n != 1 {
+		t.Errorf("dead-letter stream holds %d, want 1", n)
+	}
 }
