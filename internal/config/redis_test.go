@@ -77,3 +77,24 @@ func TestRedisSourceValidation(t *testing.T) {
 		}
 	}
 }
+
+// The printed configuration of a redis source shows its block only, with
+// its password and the URL's password redacted.
+func TestRedisSourcePrintRedacts(t *testing.T) {
+	src := "  - name: jobs\n    type: redis\n    redis: {url: \"redis://u:hunter2@r:6379/0\", password: s3cret, queue: orders}\n"
+	cfg, err := loadKafka(t, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := cfg.Print(&b, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Contains(out, "hunter2") || strings.Contains(out, "s3cret") {
+		t.Fatalf("a password printed:\n%s", out)
+	}
+	if !strings.Contains(out, "queue: orders") || strings.Contains(out, "rabbitmq:") || strings.Contains(out, "prefetch") {
+		t.Fatalf("want the redis block alone:\n%s", out)
+	}
+}
