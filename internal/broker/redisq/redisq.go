@@ -34,7 +34,8 @@ import (
 // Kind is Message.Kind of this source's deliveries.
 const Kind = "redis"
 
-// Options configure a list Source.
+// Options configure a Source (mode list, New) or a StreamSource (mode
+// stream, NewStream).
 type Options struct {
 	Name string
 	// Addrs are host:port of one server or of Cluster nodes (several
@@ -59,9 +60,9 @@ type Options struct {
 	ClaimIdle     time.Duration
 	MaxDeliveries int
 	// DeadLetter is the dead-letter list (a stream in mode stream), ""
-	// for none. A list must carry the
-	// queue's hash tag (see HashTag) so one script can move an element
-	// there on Cluster; its reasons hash is DeadLetter+":reasons".
+	// for none. A list must carry the queue's hash tag (see HashTag) so
+	// one script can move an element there on Cluster; its reasons hash
+	// is DeadLetter+":reasons".
 	DeadLetter string
 	Workers    int
 	// HeartbeatTTL is how long this replica's heartbeat lives; it is
@@ -74,9 +75,9 @@ type Options struct {
 	// for a queue whose BabelQueue workers are stopped, never while they
 	// run (they are still working on those).
 	TakeBabelQueueProcessing bool
-	// Replica names this replica's processing list and heartbeat; empty
-	// takes host name, pid and a random suffix, so two processes never
-	// share one.
+	// Replica names this replica's processing list and heartbeat (its
+	// consumer in mode stream); empty takes host name, pid and a random
+	// suffix, so two processes never share one.
 	Replica          string
 	ReconnectInitial time.Duration
 	ReconnectMax     time.Duration
@@ -90,8 +91,9 @@ type Options struct {
 // be delivered again (the seen-set recognises it).
 var ErrNotReserved = errors.New("redis: the element is no longer reserved by this replica")
 
-// ErrWrongType is reported by Ready when the queue key holds something
-// other than a list; nothing is consumed or changed until it is fixed.
+// ErrWrongType is reported by Ready when the queue (stream) key holds
+// something other than a list (stream); nothing is consumed or changed
+// until it is fixed.
 var ErrWrongType = errors.New("redis: the queue key holds the wrong type")
 
 // Source consumes one Redis list.
