@@ -30,7 +30,7 @@ build: ## Build bin/dedupe-proxy (static, with version info)
 test: ## Unit and end-to-end tests (race detector) against the local RabbitMQ and Redis
 	go test $(TEST_FLAGS) ./...
 
-demo: build ## Demo: 2 proxies, 1,000 envelopes, 30% duplicates; BROKER=rabbitmq|kafka SEENSET=redis|embedded EMBEDDED=1
+demo: build ## Demo: 2 proxies, 1,000 envelopes, 30% duplicates; BROKER=rabbitmq|kafka|redis SEENSET=redis|embedded EMBEDDED=1
 	go run ./tools/demo --proxy $(BIN) --broker $(BROKER) --seenset $(SEENSET) $(DEMO_FLAGS)
 
 demo-webhook: build ## Demo: signed webhooks (30% redeliveries, some concurrent) → 2 proxies → RabbitMQ → app; needs RabbitMQ

@@ -1,6 +1,7 @@
 // Package broker defines what dedupe-proxy needs from a message source: a
 // stream of deliveries, each settled exactly once. Implementations live in
-// sub-packages (rabbitmq, kafka); the pipeline depends only on this package.
+// sub-packages (rabbitmq, kafka, redisq); the pipeline depends only on this
+// package.
 package broker
 
 import (
@@ -17,12 +18,14 @@ type Message struct {
 	// Headers are the message's own headers, stringified (AMQP table values,
 	// Kafka record headers).
 	Headers map[string]string
-	// MessageID is the AMQP message_id property ("" elsewhere).
+	// MessageID is the AMQP message_id property, or a Redis stream
+	// entry's bq-message-id field ("" elsewhere).
 	MessageID string
 	// RecordKey is the Kafka record key (nil elsewhere).
 	RecordKey []byte
 
-	// Source is the configured source name; Kind is "rabbitmq" or "kafka".
+	// Source is the configured source name; Kind is "rabbitmq", "kafka"
+	// or "redis".
 	Source string
 	Kind   string
 	// Origin: where the message came from, for the app and for dead letters.

@@ -137,7 +137,49 @@ type Source struct {
 	MaxRedeliveryDelay time.Duration `mapstructure:"max_redelivery_delay"`
 	RabbitMQ           RabbitMQ      `mapstructure:"rabbitmq"`
 	Kafka              Kafka         `mapstructure:"kafka"`
+	Redis              RedisSource   `mapstructure:"redis"`
 	Webhook            Webhook       `mapstructure:"webhook"`
+}
+
+// RedisSource consumes a Redis list (mode list, BabelQueue's reliable
+// queue) or a stream through a consumer group (mode stream).
+type RedisSource struct {
+	// Addrs are one server's host:port or several Cluster nodes'; URL
+	// (redis:// or rediss://) is the alternative for one server.
+	Addrs    []string `mapstructure:"addrs"`
+	URL      string   `mapstructure:"url"`
+	Username string   `mapstructure:"username"`
+	Password string   `mapstructure:"password"`
+	DB       int      `mapstructure:"db"`
+	TLS      bool     `mapstructure:"tls"`
+	Mode     string   `mapstructure:"mode"`
+	// Queue is the list producers RPUSH to (mode list); Stream the
+	// stream they XADD to (mode stream).
+	Queue   string `mapstructure:"queue"`
+	Stream  string `mapstructure:"stream"`
+	Workers int    `mapstructure:"workers"`
+	// HeartbeatTTL (mode list): a replica whose heartbeat is older has
+	// its processing list given back to the queue by a live one.
+	HeartbeatTTL time.Duration `mapstructure:"heartbeat_ttl"`
+	// TakeBabelQueueProcessing (mode list) gives BabelQueue's shared
+	// "<queue>:processing" list back to the queue at connect: only once
+	// BabelQueue's own workers of that queue are stopped.
+	TakeBabelQueueProcessing bool `mapstructure:"take_babelqueue_processing"`
+	// ClaimIdle (mode stream): an entry pending that long with a consumer
+	// that stopped renewing it is taken over with XAUTOCLAIM.
+	ClaimIdle time.Duration `mapstructure:"claim_idle"`
+	// MaxDeliveries (mode stream): an entry whose delivery count exceeds
+	// it is dead-lettered instead of handed out again; without
+	// dead_letter it keeps being delivered, never dropped.
+	MaxDeliveries int `mapstructure:"max_deliveries"`
+	// BodyField (mode stream) is the entry field forwarded as the body;
+	// the other fields become headers (bq-message-id among them).
+	BodyField string `mapstructure:"body_field"`
+	// DeadLetter is a list (mode list; it must carry the queue's hash
+	// tag, e.g. "{orders}:dead") or a stream (mode stream); "" for none.
+	DeadLetter       string        `mapstructure:"dead_letter"`
+	ReconnectInitial time.Duration `mapstructure:"reconnect_initial"`
+	ReconnectMax     time.Duration `mapstructure:"reconnect_max"`
 }
 
 // RabbitMQ is an AMQP 0-9-1 queue consumer.
@@ -343,6 +385,17 @@ func DefaultSource() Source {
 			SessionTimeout:    10 * time.Second,
 			HeartbeatInterval: time.Second,
 			RebalanceTimeout:  30 * time.Second,
+		},
+		Redis: RedisSource{
+			Addrs:            []string{"127.0.0.1:6379"},
+			Mode:             "list",
+			Workers:          16,
+			HeartbeatTTL:     15 * time.Second,
+			ClaimIdle:        time.Minute,
+			MaxDeliveries:    5,
+			BodyField:        "body",
+			ReconnectInitial: 500 * time.Millisecond,
+			ReconnectMax:     30 * time.Second,
 		},
 		Webhook: Webhook{
 			Listen:    "127.0.0.1:8088",

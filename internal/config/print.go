@@ -22,6 +22,7 @@ var secretPaths = map[string]bool{
 	"seenset.redis.password":          true,
 	"seenset.redis.sentinel_password": true,
 	"sources[].kafka.sasl.password":   true,
+	"sources[].redis.password":        true,
 
 	"sources[].webhook.target.kafka.sasl.password": true,
 }
@@ -31,6 +32,7 @@ var urlPaths = map[string]bool{
 	"app.url":                               true,
 	"app.health_url":                        true,
 	"sources[].rabbitmq.url":                true,
+	"sources[].redis.url":                   true,
 	"sources[].webhook.target.rabbitmq.url": true,
 }
 
@@ -80,11 +82,11 @@ func printStruct(out *yaml.Node, v reflect.Value, path, generic string, o Origin
 	}
 }
 
-// isOtherBlock: a source's rabbitmq, kafka or webhook block that its type
+// isOtherBlock: a source's rabbitmq, kafka, redis or webhook block that its type
 // does not use.
 func isOtherBlock(tag, typ string) bool {
 	switch tag {
-	case "rabbitmq", "kafka", "webhook":
+	case "rabbitmq", "kafka", "redis", "webhook":
 		return tag != typ
 	}
 	return false

@@ -194,7 +194,7 @@ func (s *Source) validate(at string, p *problems) {
 	if !nameRE.MatchString(s.Name) {
 		p.add(at+".name", "must be set to a name of letters, digits, '.', '_' or '-', got %q", s.Name)
 	}
-	p.oneOf(at+".type", s.Type, "rabbitmq", "kafka", "webhook")
+	p.oneOf(at+".type", s.Type, "rabbitmq", "kafka", "redis", "webhook")
 	if !strings.HasPrefix(s.Path, "/") {
 		p.add(at+".path", "must start with '/', got %q", s.Path)
 	}
@@ -235,6 +235,8 @@ func (s *Source) validate(at string, p *problems) {
 		if s.OnMissingKey == "dead_letter" && r.DeadLetter.Mode == "none" {
 			p.add(strings.TrimSuffix(at, ".rabbitmq")+".on_missing_key", "dead_letter needs %s.dead_letter.mode dlx or publish", at)
 		}
+	case "redis":
+		s.validateRedis(at+".redis", p)
 	case "kafka":
 		k := s.Kafka
 		at := at + ".kafka"

@@ -22,6 +22,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	kafkasrc "github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
@@ -236,6 +237,17 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 			Logger:               d.log,
 			Metrics:              d.metrics.ForSource(sc.Name),
 		}), nil
+	case "redis":
+		r := sc.Redis
+		o := sc.RedisOptions(d.cfg.Consumer)
+		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
+		if r.TLS {
+			o.TLS = tlsConfig()
+		}
+		if r.Mode == "stream" {
+			return redisq.NewStream(o)
+		}
+		return redisq.New(o)
 	case "kafka":
 		k := sc.Kafka
 		return kafkasrc.New(kafkasrc.Options{

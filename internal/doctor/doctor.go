@@ -95,6 +95,8 @@ func Run(ctx context.Context, cfg *config.Config, o Options) Report {
 			c.rabbitSource(s)
 		case "kafka":
 			c.kafkaSource(s)
+		case "redis":
+			c.redisSource(s, cfg.Consumer)
 		case "webhook":
 			c.webhookSource(s)
 		}

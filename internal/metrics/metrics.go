@@ -64,6 +64,11 @@ type Metrics struct {
 	KafkaCommits    *prometheus.CounterVec
 	KafkaCommitFail *prometheus.CounterVec
 	PartitionHeld   *prometheus.GaugeVec
+	// RedisReclaimed, RedisQueued and RedisReserved are for Redis list
+	// sources.
+	RedisReclaimed *prometheus.CounterVec
+	RedisQueued    *prometheus.GaugeVec
+	RedisReserved  *prometheus.GaugeVec
 	// SeenSetEvicting and SeenSetPersistent are -1 until the store's
 	// servers have been asked, and while they refuse to say.
 	SeenSetEvicting   prometheus.Gauge
@@ -136,6 +141,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dedupe_proxy_kafka_partitions_held",
 			Help: "Partitions not advancing because a message keeps failing and no dead-letter topic is set.",
 		}, []string{"source"}),
+		RedisReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_redis_reclaimed_total",
+			Help: "Messages given back to a Redis queue from the processing list of a replica whose heartbeat expired, or of this replica after a reconnect.",
+		}, []string{"source"}),
+		RedisQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_redis_queue_length",
+			Help: "Elements waiting in the Redis queue (LLEN), read at every heartbeat.",
+		}, []string{"source"}),
+		RedisReserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_redis_processing_length",
+			Help: "Elements reserved in this replica's processing list, read at every heartbeat.",
+		}, []string{"source"}),
 		SeenSetEvicting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dedupe_proxy_seenset_evicting",
 			Help: "1 when a Redis server of the seen-set has maxmemory set and a maxmemory-policy other than noeviction, so it may evict keys; 0 when none can; -1 unknown.",
@@ -156,7 +173,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Messages, m.Events, m.ForwardDuration, m.AppResponses, m.StoreDuration, m.StoreErrors,
 			m.InFlight, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld,
-			m.SeenSetEvicting, m.SeenSetPersistent)
+			m.RedisReclaimed, m.RedisQueued, m.RedisReserved, m.SeenSetEvicting, m.SeenSetPersistent)
 		m.Webhook.register(reg)
 	}
 	m.AppUp.Set(1)
@@ -179,6 +196,11 @@ func (m *Metrics) InitSource(source, kind string) {
 	m.InFlight.WithLabelValues(source)
 	m.Reconnects.WithLabelValues(source)
 	m.Connected.WithLabelValues(source)
+	if kind == "redis" {
+		m.RedisReclaimed.WithLabelValues(source)
+		m.RedisQueued.WithLabelValues(source)
+		m.RedisReserved.WithLabelValues(source)
+	}
 	if kind == "kafka" {
 		m.KafkaCommits.WithLabelValues(source)
 		m.KafkaCommitFail.WithLabelValues(source)
@@ -196,6 +218,10 @@ type SourceMetrics struct {
 	PartitionsHeld prometheus.Gauge
 	// Lag is curried by source: label it with topic and partition.
 	Lag *prometheus.GaugeVec
+	// Reclaimed, Queued and Reserved are for Redis list sources.
+	Reclaimed prometheus.Counter
+	Queued    prometheus.Gauge
+	Reserved  prometheus.Gauge
 }
 
 // ForSource returns the handle of source name.
@@ -206,6 +232,9 @@ func (m *Metrics) ForSource(name string) *SourceMetrics {
 		CommitFailures: m.KafkaCommitFail.WithLabelValues(name),
 		PartitionsHeld: m.PartitionHeld.WithLabelValues(name),
 		Lag:            m.KafkaLag.MustCurryWith(prometheus.Labels{"source": name}),
+		Reclaimed:      m.RedisReclaimed.WithLabelValues(name),
+		Queued:         m.RedisQueued.WithLabelValues(name),
+		Reserved:       m.RedisReserved.WithLabelValues(name),
 	}
 }
 

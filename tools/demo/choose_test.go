@@ -50,6 +50,7 @@ func TestChooseFallback(t *testing.T) {
 		// the demo with its own error rather than being replaced.
 		{"rabbitmq", "redis", false, false, "rabbitmq", "redis", "", 0},
 		{"kafka", "embedded", true, true, "kafka", "embedded", "", 0},
+		{"redis", "redis", false, true, "redis", "redis", "", 0},
 	} {
 		t.Run(fmt.Sprintf("%s/%s/rabbit=%t/redis=%t", tc.broker, tc.seen, tc.rabbitUp, tc.redisUp), func(t *testing.T) {
 			var probed []string

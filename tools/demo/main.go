@@ -67,7 +67,7 @@ func run() error {
 	flag.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address")
 	flag.DurationVar(&o.delay, "app-delay", time.Millisecond, "time the demo app takes per request")
-	flag.StringVar(&o.broker, "broker", "auto", "rabbitmq (at -amqp), kafka (in-process), or auto: rabbitmq if it answers, else in-process Kafka and Redis")
+	flag.StringVar(&o.broker, "broker", "auto", "rabbitmq (at -amqp), kafka (in-process), redis (a list at -redis), or auto: rabbitmq if it answers, else in-process Kafka and Redis")
 	flag.StringVar(&o.seenset, "seenset", "auto", "redis (at -redis), embedded (in-process), or auto: redis if it answers, else in-process")
 	flag.BoolVar(&o.webhook, "webhook", false, "send signed webhooks (standard-webhooks) to the proxies' webhook source, enqueued to RabbitMQ and consumed back by their rabbitmq source")
 	flag.Parse()
@@ -106,6 +106,8 @@ func run() error {
 	switch c.broker {
 	case brokerRabbitMQ:
 		br, err = openRabbit(o.amqpURL, "dedupe-demo-"+id)
+	case brokerRedis:
+		br, err = openRedisBroker(o.redis, "dedupe-demo-"+id)
 	default:
 		br, err = openKafka("dedupe-demo-"+id, o.replicas)
 	}

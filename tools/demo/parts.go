@@ -18,6 +18,7 @@ const (
 	brokerAuto     = "auto"
 	brokerRabbitMQ = "rabbitmq"
 	brokerKafka    = "kafka" // in-process (kfake)
+	brokerRedis    = "redis" // a list at -redis, BabelQueue's binding
 
 	seensetAuto     = "auto"
 	seensetRedis    = "redis"
@@ -46,9 +47,9 @@ type choice struct {
 // falls back on its own.
 func choose(broker, seen string, rabbit, redis fallback) (choice, error) {
 	switch broker {
-	case brokerAuto, brokerRabbitMQ, brokerKafka:
+	case brokerAuto, brokerRabbitMQ, brokerKafka, brokerRedis:
 	default:
-		return choice{}, fmt.Errorf("-broker %q: want auto, rabbitmq or kafka", broker)
+		return choice{}, fmt.Errorf("-broker %q: want auto, rabbitmq, kafka or redis", broker)
 	}
 	switch seen {
 	case seensetAuto, seensetRedis, seensetEmbedded:
@@ -299,6 +300,67 @@ func (b *kafkaBroker) publish(bodies [][]byte) error {
 }
 
 func (b *kafkaBroker) close() { b.k.close() }
+
+// redisBroker is a list on a real Redis (BabelQueue's binding: the
+// producer RPUSHes the envelope), with its dead-letter list beside it.
+type redisBroker struct {
+	addr, queue string
+	rdb         *redis.Client
+}
+
+func openRedisBroker(addr, queue string) (*redisBroker, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis at %s is not reachable (%v); start it: redis-server --daemonize yes, or run make demo BROKER=kafka", addr, err)
+	}
+	return &redisBroker{addr: addr, queue: queue, rdb: rdb}, nil
+}
+
+func (b *redisBroker) describe() string {
+	return fmt.Sprintf("Redis list at %s, queue %s (mode list)", b.addr, b.queue)
+}
+
+func (b *redisBroker) source() string {
+	return fmt.Sprintf(`    type: redis
+    key: ["json:meta.id"]
+    redis:
+      addrs: ["%s"]
+      mode: list
+      queue: %s
+      dead_letter: "{%s}:dead"
+      workers: 16
+`, b.addr, b.queue, b.queue)
+}
+
+func (b *redisBroker) publish(bodies [][]byte) error {
+	ctx := context.Background()
+	for i := 0; i < len(bodies); i += 500 {
+		_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, body := range bodies[i:min(len(bodies), i+500)] {
+				p.RPush(ctx, b.queue, body)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+	}
+	return nil
+}
+
+// close removes the demo's queue and every key under its hash tag (the
+// Redis is shared).
+func (b *redisBroker) close() {
+	ctx := context.Background()
+	for _, pattern := range []string{b.queue, "{" + b.queue + "}*"} {
+		iter := b.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			b.rdb.Del(ctx, iter.Val())
+		}
+	}
+	_ = b.rdb.Close()
+}
 
 func envelopeID(body []byte) string {
 	var env struct{ Meta struct{ ID string } }

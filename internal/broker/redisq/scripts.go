@@ -1,0 +1,63 @@
+package redisq
+
+import "github.com/redis/go-redis/v9"
+
+// Every settle is a script rather than a MULTI: it acts only when the
+// element is still in this replica's processing list. Another replica
+// may have given the list back to the queue meanwhile (this one's
+// heartbeat lapsed); a blind push would then add a second copy, a blind
+// dead letter would dead-letter a message someone else is delivering.
+
+// ack: KEYS processing, redelivered; ARGV element. 1 removed, 0 not there.
+var ackScript = redis.NewScript(`
+local n = redis.call('LREM', KEYS[1], 1, ARGV[1])
+if n == 1 then redis.call('HDEL', KEYS[2], redis.sha1hex(ARGV[1])) end
+return n`)
+
+// requeue: KEYS processing, queue, redelivered; ARGV element. The element
+// goes to the tail, behind what waits, so a message that keeps failing
+// does not hold the head of the queue.
+var requeueScript = redis.NewScript(`
+local n = redis.call('LREM', KEYS[1], 1, ARGV[1])
+if n == 1 then
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+  redis.call('HINCRBY', KEYS[3], redis.sha1hex(ARGV[1]), 1)
+end
+return n`)
+
+// deadLetter: KEYS processing, dead list, reasons, redelivered; ARGV
+// element, reason record (JSON).
+var deadLetterScript = redis.NewScript(`
+local n = redis.call('LREM', KEYS[1], 1, ARGV[1])
+if n == 1 then
+  local d = redis.sha1hex(ARGV[1])
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+  redis.call('HSET', KEYS[3], d, ARGV[2])
+  redis.call('HDEL', KEYS[4], d)
+end
+return n`)
+
+// giveBack moves a replica's processing list back to the head of the
+// queue, oldest reservation first, and forgets the replica. KEYS
+// heartbeat, processing, queue, replicas, redelivered; ARGV replica,
+// force ("1": the caller is that replica, whose heartbeat may still be
+// set). -1 when the replica is alive, else how many elements moved.
+var giveBackScript = redis.NewScript(`
+if ARGV[2] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local n = 0
+while true do
+  local v = redis.call('LMOVE', KEYS[2], KEYS[3], 'LEFT', 'LEFT')
+  if not v then break end
+  redis.call('HINCRBY', KEYS[5], redis.sha1hex(v), 1)
+  n = n + 1
+end
+if ARGV[2] ~= '1' then redis.call('SREM', KEYS[4], ARGV[1]) end
+return n`)
+
+// reserve is the reservation when the queue is not empty: the move and
+// the redelivery mark in one round trip instead of BLMOVE and HEXISTS.
+// KEYS queue, processing, redelivered. false when the queue is empty.
+var reserveScript = redis.NewScript(`
+local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'LEFT')
+if not v then return false end
+return {v, redis.call('HEXISTS', KEYS[3], redis.sha1hex(v))}`)

@@ -1,0 +1,575 @@
+package redisq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+)
+
+// FieldMessageID is the entry field BabelQueue's projections call
+// bq-message-id; it is also Message.MessageID, as AMQP's message_id is.
+const FieldMessageID = "bq-message-id"
+
+// StreamSource consumes a Redis stream through a consumer group, one
+// consumer name per replica. An entry is acked (XACK) after it settled;
+// a requeued one is made idle at once, so the next XAUTOCLAIM of any
+// replica takes it; a live replica renews the entries it holds every
+// third of ClaimIdle, so only a dead replica's entries reach ClaimIdle
+// and are taken over.
+type StreamSource struct {
+	o       Options
+	rdb     redis.UniversalClient
+	log     *slog.Logger
+	session string // key nobody writes, blocked on to notice a cut
+
+	connected atomic.Bool
+	problem   atomic.Pointer[error]
+	lastErr   atomic.Pointer[error]
+	down      time.Time
+	closed    sync.Once
+
+	mu sync.Mutex
+	// held are entries reserved and not yet settled: renewed.
+	held map[string]struct{}
+	// poke asks the fetcher to look for idle entries now (a requeue).
+	poke chan struct{}
+}
+
+var _ broker.Source = (*StreamSource)(nil)
+
+// NewStream returns a StreamSource; it connects when Run is called.
+func NewStream(o Options) (*StreamSource, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Workers < 1 {
+		o.Workers = 1
+	}
+	if o.ClaimIdle <= 0 {
+		o.ClaimIdle = time.Minute
+	}
+	if o.MaxDeliveries < 1 {
+		o.MaxDeliveries = 5
+	}
+	if o.BodyField == "" {
+		o.BodyField = "body"
+	}
+	if o.ReconnectInitial <= 0 {
+		o.ReconnectInitial = 500 * time.Millisecond
+	}
+	if o.ReconnectMax < o.ReconnectInitial {
+		o.ReconnectMax = o.ReconnectInitial
+	}
+	if o.Replica == "" {
+		host, _ := os.Hostname()
+		o.Replica = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randHex(4))
+	}
+	if o.Stream == "" || o.Group == "" {
+		return nil, errors.New("redis: stream and group must be set")
+	}
+	rdb, err := newClient(o)
+	if err != nil {
+		return nil, err
+	}
+	s := &StreamSource{o: o, rdb: rdb, held: map[string]struct{}{}, poke: make(chan struct{}, 1),
+		session: "{" + HashTag(o.Stream) + "}:session:" + o.Replica}
+	s.log = o.Logger.With("source", o.Name, "stream", o.Stream, "group", o.Group, "consumer", o.Replica)
+	return s, nil
+}
+
+// Name implements broker.Source.
+func (s *StreamSource) Name() string { return s.o.Name }
+
+// Requeues implements broker.Source: a requeued entry may be taken by
+// any replica's next XAUTOCLAIM.
+func (s *StreamSource) Requeues() bool { return true }
+
+// Consumer is this replica's consumer name in the group.
+func (s *StreamSource) Consumer() string { return s.o.Replica }
+
+// Ready implements broker.Source.
+func (s *StreamSource) Ready() error {
+	if !s.connected.Load() {
+		if e := s.lastErr.Load(); e != nil {
+			return fmt.Errorf("%w to redis stream %q: %v", broker.ErrNotConnected, s.o.Stream, *e)
+		}
+		return broker.ErrNotConnected
+	}
+	if p := s.problem.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Close implements broker.Source.
+func (s *StreamSource) Close() error {
+	var err error
+	s.closed.Do(func() { err = s.rdb.Close() })
+	return err
+}
+
+// Run implements broker.Source.
+func (s *StreamSource) Run(ctx context.Context, h broker.Handler) error {
+	retry := backoff.New(backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax})
+	first := true
+	for {
+		connected, err := s.run(ctx, h, !first)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			s.lastErr.Store(&err)
+		}
+		if connected {
+			first = false
+			retry.Reset()
+		}
+		delay := retry.Next()
+		level := slog.LevelDebug
+		if connected || s.down.IsZero() {
+			level = slog.LevelWarn
+			s.down = time.Now()
+		}
+		s.log.Log(ctx, level, "redis stream: not consuming, retrying", "err", errText(err), "retry_in", delay.String())
+		if !backoff.Wait(ctx, nil, delay) {
+			return nil
+		}
+	}
+}
+
+// entry is one reserved stream entry with its delivery count.
+type entry struct {
+	id     string
+	fields map[string]any
+	count  int64
+}
+
+func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool) (connected bool, err error) {
+	bg := context.WithoutCancel(ctx)
+	if err := s.rdb.Ping(bg).Err(); err != nil {
+		return false, fmt.Errorf("ping: %w", err)
+	}
+	// From the start of the stream, as Kafka's start_offset earliest: an
+	// existing group keeps its position.
+	if err := s.rdb.XGroupCreateMkStream(bg, s.o.Stream, s.o.Group, "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		if strings.HasPrefix(err.Error(), "WRONGTYPE") {
+			err = fmt.Errorf("%w: %q is not a stream (%v); nothing is consumed until it is fixed", ErrWrongType, s.o.Stream, err)
+		}
+		return false, fmt.Errorf("create group %q: %w", s.o.Group, err)
+	}
+	ss := &session{lost: make(chan struct{}), failed: make(chan struct{})}
+	s.connected.Store(true)
+	if reconnect && s.o.Metrics != nil {
+		s.o.Metrics.Reconnects.Inc()
+	}
+	attrs := []any{"workers", s.o.Workers, "claim_idle", s.o.ClaimIdle.String(), "reconnect", reconnect}
+	if !s.down.IsZero() {
+		attrs = append(attrs, "down_for", time.Since(s.down).Round(time.Millisecond).String())
+		s.down = time.Time{}
+	}
+	s.log.Info("redis stream consuming", attrs...)
+
+	// Renewing outlives fetching and the workers: an entry a handler is
+	// still finishing on stop must not go idle and be taken over.
+	stop, stopRenew := make(chan struct{}), make(chan struct{})
+	work := make(chan entry)
+	var renewer, workers sync.WaitGroup
+	renewer.Add(1)
+	go func() { defer renewer.Done(); s.renew(bg, ss, stopRenew) }()
+	workers.Add(1)
+	go func() { defer workers.Done(); defer close(work); s.fetch(bg, ss, stop, work) }()
+	for range s.o.Workers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for e := range work {
+				h(s.delivery(ss, e))
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		err = nil
+	case <-ss.failed:
+		err = ss.cause()
+		s.lastErr.Store(&err)
+		close(ss.lost)
+	}
+	s.connected.Store(false)
+	close(stop)
+	workers.Wait()
+	close(stopRenew)
+	renewer.Wait()
+	if err == nil {
+		s.forgetConsumer(bg)
+	}
+	return true, err
+}
+
+// fetch hands entries to the workers: first those idle long enough
+// (a dead replica's, or requeued ones), then new ones.
+func (s *StreamSource) fetch(ctx context.Context, ss *session, stop <-chan struct{}, work chan<- entry) {
+	retry := backoff.New(backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax})
+	cursor := "0-0"
+	var lastClaim time.Time
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		var es []entry
+		var err error
+		poked := false
+		select {
+		case <-s.poke:
+			poked = true
+		default:
+		}
+		// A scan of the pending entries runs to its end before new
+		// entries are read: what was given back comes first.
+		if poked || cursor != "0-0" || time.Since(lastClaim) >= s.o.ClaimIdle/3 {
+			lastClaim = time.Now()
+			es, cursor, err = s.autoclaim(ctx, cursor)
+		}
+		if err == nil && len(es) == 0 {
+			es, err = s.readNew(ctx)
+		}
+		if err != nil {
+			if !isReply(err) || strings.HasPrefix(err.Error(), "NOGROUP") {
+				// NOGROUP: the group was deleted under us; the next
+				// session creates it again.
+				ss.fail(fmt.Errorf("read: %w", err))
+				return
+			}
+			if strings.HasPrefix(err.Error(), "WRONGTYPE") {
+				err = fmt.Errorf("%w: %q is not a stream (%v); nothing is consumed until it is fixed", ErrWrongType, s.o.Stream, err)
+			} else {
+				err = fmt.Errorf("redis: read %q: %w", s.o.Stream, err)
+			}
+			if s.problem.Swap(&err) == nil {
+				s.log.Error("redis stream: cannot read", "err", err)
+			}
+			if !backoff.Wait(ctx, stop, retry.Next()) {
+				return
+			}
+			continue
+		}
+		retry.Reset()
+		if s.problem.Swap(nil) != nil {
+			s.log.Info("redis stream: reading again")
+		}
+		for i, e := range es {
+			if e.count > int64(s.o.MaxDeliveries) && s.o.DeadLetter != "" {
+				s.deadLetterExhausted(ctx, ss, e)
+				continue
+			}
+			select {
+			case work <- e:
+			case <-stop:
+				// Fetched, never handed out: claimable by anyone at once.
+				s.giveBack(ctx, es[i:])
+				return
+			}
+		}
+	}
+}
+
+// readNew reads entries never delivered to the group, as many as there
+// are workers, waiting up to a second (which bounds stopping).
+func (s *StreamSource) readNew(ctx context.Context) ([]entry, error) {
+	res, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: s.o.Group, Consumer: s.o.Replica, Streams: []string{s.o.Stream, ">"},
+		Count: int64(s.o.Workers), Block: time.Second,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var es []entry
+	for _, st := range res {
+		for _, m := range st.Messages {
+			es = append(es, entry{id: m.ID, fields: m.Values, count: 1})
+		}
+	}
+	s.hold(es)
+	return es, nil
+}
+
+// autoclaim takes over entries idle for ClaimIdle, with their delivery
+// counts (XAUTOCLAIM does not return them; XPENDING does).
+func (s *StreamSource) autoclaim(ctx context.Context, cursor string) ([]entry, string, error) {
+	ms, next, err := s.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Replica,
+		MinIdle: s.o.ClaimIdle, Start: cursor, Count: int64(s.o.Workers),
+	}).Result()
+	if err != nil {
+		return nil, cursor, err
+	}
+	if len(ms) == 0 {
+		return nil, next, nil
+	}
+	es := make([]entry, 0, len(ms))
+	for _, m := range ms {
+		es = append(es, entry{id: m.ID, fields: m.Values, count: 2})
+	}
+	s.hold(es)
+	cmds := make([]*redis.XPendingExtCmd, len(es))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range es {
+			cmds[i] = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.o.Stream, Group: s.o.Group, Start: e.id, End: e.id, Count: 1})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, next, err
+	}
+	for i, c := range cmds {
+		if p := c.Val(); len(p) == 1 {
+			es[i].count = p[0].RetryCount
+		}
+	}
+	if s.o.Metrics != nil && s.o.Metrics.Reclaimed != nil {
+		s.o.Metrics.Reclaimed.Add(float64(len(es)))
+	}
+	return es, next, nil
+}
+
+func (s *StreamSource) hold(es []entry) {
+	s.mu.Lock()
+	for _, e := range es {
+		s.held[e.id] = struct{}{}
+	}
+	s.mu.Unlock()
+}
+
+func (s *StreamSource) release(id string) {
+	s.mu.Lock()
+	delete(s.held, id)
+	s.mu.Unlock()
+}
+
+// renew keeps the entries this replica holds from going idle, every
+// third of ClaimIdle (XCLAIM to itself, JUSTID: the delivery count
+// stays), and in between blocks on a key nobody writes, so a cut
+// connection ends the session.
+func (s *StreamSource) renew(ctx context.Context, ss *session, stop <-chan struct{}) {
+	// At most a second late (the blocking wait between): claim_idle is
+	// at least 3s, so a renewal always comes before the entry is idle.
+	every := s.o.ClaimIdle / 3
+	next := time.Now().Add(every)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if !time.Now().Before(next) {
+			next = time.Now().Add(every)
+			if err := s.renewHeld(ctx); err != nil && !isReply(err) {
+				ss.fail(fmt.Errorf("renew: %w", err))
+				return
+			}
+		}
+		if err := s.rdb.BLPop(ctx, time.Second, s.session).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			ss.fail(fmt.Errorf("connection check: %w", err))
+			return
+		}
+	}
+}
+
+// renewHeld resets the idle time of every held entry. It holds mu
+// throughout: a requeue releases its entry (waiting for this) before it
+// sets the entry idle, so a renewal never undoes a requeue.
+func (s *StreamSource) renewHeld(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.held) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(s.held))
+	for id := range s.held {
+		ids = append(ids, id)
+	}
+	return s.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Replica, Messages: ids}).Err()
+}
+
+// giveBack makes entries claimable by the next XAUTOCLAIM of any
+// replica: claimed to this consumer with their idle time already at
+// ClaimIdle. They stay pending all along, so a failure here only means
+// they are taken over ClaimIdle later.
+func (s *StreamSource) giveBack(ctx context.Context, es []entry) {
+	for _, e := range es {
+		s.release(e.id)
+		if err := s.idle(ctx, e.id); err != nil {
+			s.log.Debug("redis stream: give back", "id", e.id, "err", err)
+		}
+	}
+}
+
+// idle sets an entry's idle time to ClaimIdle; it reports
+// ErrNotReserved when the entry is no longer pending (acked elsewhere).
+func (s *StreamSource) idle(ctx context.Context, id string) error {
+	res, err := s.rdb.Do(ctx, "XCLAIM", s.o.Stream, s.o.Group, s.o.Replica, 0, id,
+		"IDLE", s.o.ClaimIdle.Milliseconds(), "JUSTID").Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) == 0 {
+		return ErrNotReserved
+	}
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// forgetConsumer removes this replica's consumer from the group after a
+// clean stop, only when it holds nothing: XGROUP DELCONSUMER drops the
+// consumer's pending entries with it.
+func (s *StreamSource) forgetConsumer(ctx context.Context) {
+	pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.o.Stream, Group: s.o.Group, Start: "-", End: "+", Count: 1, Consumer: s.o.Replica}).Result()
+	if err != nil || len(pend) > 0 {
+		return
+	}
+	if err := s.rdb.XGroupDelConsumer(ctx, s.o.Stream, s.o.Group, s.o.Replica).Err(); err != nil {
+		s.log.Debug("redis stream: remove consumer", "err", err)
+	}
+}
+
+// deadLetterExhausted dead-letters an entry delivered more than
+// MaxDeliveries times without handing it out again.
+func (s *StreamSource) deadLetterExhausted(ctx context.Context, ss *session, e entry) {
+	d := s.delivery(ss, e)
+	info := broker.DeadLetterInfo{Reason: "max deliveries", Attempts: int(e.count - 1)}
+	if err := d.DeadLetter(ctx, info); err != nil {
+		s.log.Warn("redis stream: dead-lettering an entry past max_deliveries failed; it stays pending", "id", e.id, "deliveries", e.count, "err", err)
+		s.release(e.id)
+		return
+	}
+	s.log.Warn("redis stream: dead-lettered an entry past max_deliveries", "id", e.id, "deliveries", e.count, "max_deliveries", s.o.MaxDeliveries)
+}
+
+func (s *StreamSource) delivery(ss *session, e entry) *streamDelivery {
+	m := broker.Message{Source: s.o.Name, Kind: Kind, Queue: s.o.Stream, Redelivered: e.count > 1, Received: time.Now()}
+	for k, v := range e.fields {
+		sv := fmt.Sprint(v)
+		if k == s.o.BodyField {
+			m.Body = []byte(sv)
+			continue
+		}
+		if m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
+		m.Headers[k] = sv
+		switch {
+		case strings.EqualFold(k, "content-type"):
+			m.ContentType = sv
+		case k == FieldMessageID:
+			m.MessageID = sv
+		}
+	}
+	return &streamDelivery{s: s, ss: ss, e: e, msg: m}
+}
+
+type streamDelivery struct {
+	s       *StreamSource
+	ss      *session
+	e       entry
+	msg     broker.Message
+	settled atomic.Bool
+}
+
+func (d *streamDelivery) Message() *broker.Message { return &d.msg }
+func (d *streamDelivery) Lost() <-chan struct{}    { return d.ss.lost }
+
+func (d *streamDelivery) Ack(ctx context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	d.s.release(d.e.id)
+	n, err := d.s.rdb.XAck(ctx, d.s.o.Stream, d.s.o.Group, d.e.id).Result()
+	if err != nil {
+		return d.failed("ack", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redis ack %s: %w", d.e.id, ErrNotReserved)
+	}
+	return nil
+}
+
+func (d *streamDelivery) Requeue(ctx context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	d.s.release(d.e.id)
+	if err := d.s.idle(ctx, d.e.id); err != nil {
+		if errors.Is(err, ErrNotReserved) {
+			return fmt.Errorf("redis requeue %s: %w", d.e.id, err)
+		}
+		return d.failed("requeue", err)
+	}
+	return nil
+}
+
+// DeadLetter adds the entry to the dead-letter stream (XADD) and then
+// acks it. The two are separate commands (the streams may be in two
+// Cluster slots): a failure between them leaves a dead letter and the
+// entry pending, to be dead-lettered again — twice, never lost.
+func (d *streamDelivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	if d.s.o.DeadLetter == "" {
+		d.settled.Store(false)
+		return broker.ErrNoDeadLetter
+	}
+	fields := map[string]any{}
+	for k, v := range d.e.fields {
+		if !strings.HasPrefix(k, "x-dedupe-") {
+			fields[k] = v
+		}
+	}
+	fields[broker.HeaderReason] = info.Reason
+	fields[broker.HeaderLastStatus] = strconv.Itoa(info.LastStatus)
+	fields[broker.HeaderLastError] = info.LastError
+	fields[broker.HeaderAttempts] = strconv.Itoa(info.Attempts)
+	fields[broker.HeaderSource] = d.s.o.Name
+	fields[broker.HeaderOriginalQueue] = d.s.o.Stream
+	fields[broker.HeaderDeadLetteredAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	fields["x-dedupe-original-id"] = d.e.id
+	if err := d.s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.s.o.DeadLetter, Values: fields}).Err(); err != nil {
+		d.settled.Store(false)
+		return d.failed("dead-letter", err)
+	}
+	d.s.release(d.e.id)
+	if err := d.s.rdb.XAck(ctx, d.s.o.Stream, d.s.o.Group, d.e.id).Err(); err != nil {
+		d.settled.Store(false)
+		return d.failed("ack after dead-letter", err)
+	}
+	return nil
+}
+
+// failed ends the session on a connection failure (the entry stays
+// pending and is taken over after ClaimIdle).
+func (d *streamDelivery) failed(what string, err error) error {
+	if !isReply(err) {
+		d.ss.fail(fmt.Errorf("%s: %w", what, err))
+	}
+	return fmt.Errorf("redis %s %s: %w", what, d.e.id, err)
+}
