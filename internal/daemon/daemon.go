@@ -62,6 +62,8 @@ type Daemon struct {
 	failed atomic.Pointer[error]
 	// abortGrace bounds the wait for in-flight work after Abort.
 	abortGrace time.Duration
+	// summaryEvery is how often the summary line is logged.
+	summaryEvery time.Duration
 }
 
 // defaultAbortGrace is how long Run waits for in-flight work once the
@@ -95,7 +97,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 			}
 		}
 	}()
-	d := &Daemon{cfg: cfg, log: deps.Logger, store: deps.Store, reg: deps.Registry, abortGrace: defaultAbortGrace}
+	d := &Daemon{cfg: cfg, log: deps.Logger, store: deps.Store, reg: deps.Registry, abortGrace: defaultAbortGrace, summaryEvery: summaryEvery}
 	if d.log == nil {
 		d.log = newLogger(cfg.Log, nil)
 	}
@@ -417,8 +419,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	sourcesDone := make(chan struct{})
 	go func() { wg.Wait(); close(sourcesDone) }()
+	summaryDone := make(chan struct{})
+	go func() { defer close(summaryDone); d.summarize(ctx, d.summaryEvery) }()
 
 	<-ctx.Done()
+	<-summaryDone
 	start := time.Now()
 	d.log.Info("shutting down: no new messages; finishing in-flight ones", "timeout", d.cfg.ShutdownTimeout.String())
 	d.pipe.Drain()
@@ -431,7 +436,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	select {
 	case <-sourcesDone:
 	case <-timer.C:
-		d.log.Warn("shutdown timeout reached: cancelling forwards still in progress and requeuing them; their keys stay claimed for a lease")
+		d.log.Warn("shutdown timeout reached: cancelling forwards still in progress and requeuing them; their keys stay claimed until app.max_request_time from each request's start")
 		d.pipe.Abort()
 		grace := time.NewTimer(d.abortGrace)
 		defer grace.Stop()
@@ -463,7 +468,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		cancel()
 	}
-	d.log.Info("stopped", "took", time.Since(start).String())
+	d.log.Info("stopped", append([]any{"took", time.Since(start).String()}, readTotals(d.reg).attrs()...)...)
 	return errors.Join(errs...)
 }
 
