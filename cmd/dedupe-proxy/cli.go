@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/admin"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 )
 
@@ -264,7 +265,7 @@ func configGroup() *cobra.Command {
 }
 
 func keysCommand() *cobra.Command {
-	g := group("keys status|forget KEY --config FILE [--space NAME]", keysHelp, "`keys status KEY` or `keys forget KEY`")
+	g := group("keys status|forget KEY | list --config FILE [--space NAME]", keysHelp, "`keys status KEY`, `keys forget KEY` or `keys list`")
 	addConfigFlag(g.PersistentFlags())
 	g.PersistentFlags().String("space", "", "the key space `NAME`: a source's key_space, by default its name (needed when the config has several)")
 	for _, sub := range []string{"status", "forget"} {
@@ -288,6 +289,33 @@ func keysCommand() *cobra.Command {
 			},
 		})
 	}
+	list := &cobra.Command{
+		Use:  "list --config FILE [--space NAME] [--state inflight|done] [--prefix P] [--limit N]",
+		Long: keysHelp,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return usagef(c, "keys list: takes no KEY, got %d argument(s) (choose keys with --prefix)", len(args))
+			}
+			return nil
+		},
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(c *cobra.Command, _ []string) error {
+			cfg, _, _, err := loadConfig(c)
+			if err != nil {
+				return err
+			}
+			var o admin.ListOptions
+			o.Space, _ = c.Flags().GetString("space")
+			o.State, _ = c.Flags().GetString("state")
+			o.Prefix, _ = c.Flags().GetString("prefix")
+			o.Limit, _ = c.Flags().GetInt("limit")
+			return keysList(cfg, o, c.OutOrStdout(), c.ErrOrStderr())
+		},
+	}
+	list.Flags().String("state", "", "only keys in this `STATE`: inflight or done")
+	list.Flags().String("prefix", "", "only message keys that start with `P`")
+	list.Flags().Int("limit", admin.DefaultListLimit, "show at most `N` keys")
+	g.AddCommand(list)
 	return g
 }
 

@@ -60,7 +60,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			}
 		}
 	})
-	if n < 11 { // 8 commands, config print, keys status and forget
+	if n < 12 { // 8 commands, config print, keys status, forget and list
 		t.Errorf("visited %d commands", n)
 	}
 	if code, out, _ := cli("help", "help"); code != 0 || !strings.HasPrefix(out, "Usage: dedupe-proxy help [COMMAND]") {
@@ -70,7 +70,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 
 // `help` (and -h, --help) lists every command.
 func TestHelpListsEveryCommand(t *testing.T) {
-	names := append(commandNames(newRoot()), "help", "config print", "keys status", "keys forget")
+	names := append(commandNames(newRoot()), "help", "config print", "keys status", "keys forget", "keys list")
 	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
 		code, out, _ := cli(args...)
 		if code != 0 {
@@ -97,7 +97,8 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 		{[]string{"validate"}, "validate: --config FILE is required (or set DEDUPE_PROXY_CONFIG)", "Usage: dedupe-proxy validate --config FILE"},
 		{[]string{"run", "--bogus"}, "run: unknown flag: --bogus", "Usage: dedupe-proxy run --config FILE"},
 		{[]string{"doctor", "--config"}, "doctor: flag needs an argument: --config", "Usage: dedupe-proxy doctor --config FILE"},
-		{[]string{"keys", "purge", "k", "--config", cfg}, "keys: want `keys status KEY` or `keys forget KEY`, got \"purge\"", "Usage: dedupe-proxy keys status|forget KEY --config FILE [--space NAME]"},
+		{[]string{"keys", "purge", "k", "--config", cfg}, "keys: want `keys status KEY`, `keys forget KEY` or `keys list`, got \"purge\"", "Usage: dedupe-proxy keys status|forget KEY | list --config FILE [--space NAME]"},
+		{[]string{"keys", "list", "k", "--config", cfg}, "keys list: takes no KEY, got 1 argument(s) (choose keys with --prefix)", "Usage: dedupe-proxy keys list --config FILE [--space NAME] [--state inflight|done] [--prefix P] [--limit N]"},
 		{[]string{"keys", "status", "a", "b", "--config", cfg}, "keys status: want one KEY, got 2 argument(s) (a key that starts with '-' goes after --)", "Usage: dedupe-proxy keys status KEY --config FILE [--space NAME]"},
 		{[]string{"config"}, "config: want `config print`", "Usage: dedupe-proxy config print --config FILE"},
 		{[]string{"config", "print", "x", "--config", cfg}, `config print: unexpected argument "x"`, "Usage: dedupe-proxy config print --config FILE"},
@@ -128,7 +129,7 @@ func TestDidYouMeanCommand(t *testing.T) {
 		{[]string{"docter", "--config", "x.yaml"}, `dedupe-proxy: unknown command "docter"; did you mean doctor?`},
 		{[]string{"verison"}, `dedupe-proxy: unknown command "verison"; did you mean version?`},
 		{[]string{"help", "injet"}, `help: unknown command "injet"; did you mean inject?`},
-		{[]string{"keys", "stauts", "k"}, "keys: want `keys status KEY` or `keys forget KEY`, got \"stauts\"; did you mean status?"},
+		{[]string{"keys", "stauts", "k"}, "keys: want `keys status KEY`, `keys forget KEY` or `keys list`, got \"stauts\"; did you mean status?"},
 		{[]string{"config", "prnt"}, "config: want `config print`, got \"prnt\"; did you mean print?"},
 	} {
 		code, _, errOut := cli(c.args...)
@@ -194,7 +195,7 @@ func TestCompletionAnswers(t *testing.T) {
 	}{
 		{[]string{""}, []string{"completion", "config", "doctor", "help", "inject", "keys", "run", "validate", "version"}},
 		{[]string{"val"}, []string{"validate"}},
-		{[]string{"keys", ""}, []string{"forget", "status"}},
+		{[]string{"keys", ""}, []string{"forget", "list", "status"}},
 		{[]string{"config", ""}, []string{"print"}},
 		{[]string{"run", "--con"}, []string{"--config"}},
 		{[]string{"keys", "status", "--sp"}, []string{"--space"}},
@@ -272,7 +273,7 @@ complete_line "dedupe-proxy version -o "
 		out := shell(t, "bash", "-c", script)
 		for _, want := range []string{
 			"dedupe-proxy val => validate\n",
-			"dedupe-proxy keys  => forget status\n",
+			"dedupe-proxy keys  => forget list status\n",
 			"dedupe-proxy run --con => --config\n",
 			"dedupe-proxy version -o  => text json\n",
 		} {
@@ -284,7 +285,7 @@ complete_line "dedupe-proxy version -o "
 	t.Run("fish", func(t *testing.T) {
 		out := shell(t, "fish", "--no-config", "-c",
 			`dedupe-proxy completion fish | source; complete -C "dedupe-proxy val"; echo ---; complete -C "dedupe-proxy keys "`)
-		if out != "validate\n---\nforget\nstatus\n" {
+		if out != "validate\n---\nforget\nlist\nstatus\n" {
 			t.Errorf("fish completed:\n%s", out)
 		}
 	})

@@ -17,6 +17,8 @@ Usage:
                                         forget a key so its next delivery is forwarded again
                                         (--space: the source's key_space, by default its name;
                                         needed when the config has several)
+  dedupe-proxy keys list --config FILE [--state inflight|done] [--prefix P] [--limit N]
+                                        list a space's keys, paged with SCAN
   dedupe-proxy inject [-f FILE|-] [--image IMAGE]
                                         add the sidecar to the Kubernetes workloads of a
                                         manifest stream (stdin by default) whose pod template
@@ -87,6 +89,13 @@ default its name; it is needed when the config has several. Flags may
 come before or after KEY; a key that starts with '-' goes after "--":
 
   dedupe-proxy keys status --config config.yaml -- -12
+
+list shows a space's keys, one JSON line each, paged through with SCAN
+(never KEYS): --state inflight or done, --prefix the start of the message
+keys, --limit the most shown (default 100, at most 10000); a listing cut
+at the limit says so on stderr.
+
+  dedupe-proxy keys list --config config.yaml --state inflight --prefix ord-
 `
 
 const injectHelp = `

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,34 @@ func keys(cfg *config.Config, sub, space, key string, stdout, stderr io.Writer) 
 	if err := k.Command(ctx, sub, space, key, stdout); err != nil {
 		fmt.Fprintf(stderr, "keys %s: %v\n", sub, err)
 		return exitCode(1)
+	}
+	return nil
+}
+
+// keysList prints a space's keys, one JSON line each.
+func keysList(cfg *config.Config, o admin.ListOptions, stdout, stderr io.Writer) error {
+	st, err := daemon.NewStore(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "keys: %v\n", err)
+		return exitCode(1)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := &admin.Keys{Store: st, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces()}
+	res, err := k.List(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "keys list: %v\n", err)
+		return exitCode(1)
+	}
+	enc := json.NewEncoder(stdout)
+	for _, ks := range res.Keys {
+		if err := enc.Encode(ks); err != nil {
+			return err
+		}
+	}
+	if res.Truncated {
+		fmt.Fprintf(stderr, "keys list: more keys than --limit %d; raise it or narrow --prefix\n", len(res.Keys))
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -35,6 +36,9 @@ import (
 // ErrInvalidKey is returned for a key no message can have: empty, longer
 // than keys.MaxKeyBytes or not UTF-8.
 var ErrInvalidKey = errors.New("admin: invalid key")
+
+// ErrQuery marks a listing asked for with a bad state or limit.
+var ErrQuery = errors.New("admin: bad query")
 
 // Keys inspects and forgets one consumer's message keys.
 type Keys struct {
@@ -56,6 +60,79 @@ type KeyStatus struct {
 	// TTLSeconds is the time left on the lease (inflight) or on the done
 	// mark; 0 when absent.
 	TTLSeconds float64 `json:"ttl_seconds"`
+}
+
+// ListOptions choose what `keys list` and GET /v1/keys show.
+type ListOptions struct {
+	Space string
+	// State is "" (both), "inflight" or "done".
+	State string
+	// Prefix is the start of the message keys to show ("" for all).
+	Prefix string
+	// Limit is the most keys shown; 0 means DefaultListLimit.
+	Limit int
+}
+
+// DefaultListLimit and MaxListLimit bound one listing: the keys of a busy
+// consumer run into the millions.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+// KeyList is the answer of GET /v1/keys and `keys list`.
+type KeyList struct {
+	Keys []KeyStatus `json:"keys"`
+	// Truncated: there were more keys than Limit.
+	Truncated bool `json:"truncated"`
+}
+
+// List pages through the keys of one space with SCAN (never KEYS) and
+// returns up to Limit of them, in no particular order.
+func (k *Keys) List(ctx context.Context, o ListOptions) (KeyList, error) {
+	space, err := k.space(o.Space)
+	if err != nil {
+		return KeyList{}, err
+	}
+	var want seenset.State
+	switch o.State {
+	case "":
+	case "inflight":
+		want = seenset.Inflight
+	case "done":
+		want = seenset.Done
+	default:
+		return KeyList{}, fmt.Errorf("%w: state %q: want inflight or done", ErrQuery, o.State)
+	}
+	limit := o.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultListLimit
+	case limit < 0 || limit > MaxListLimit:
+		return KeyList{}, fmt.Errorf("%w: limit %d: want 1 to %d", ErrQuery, limit, MaxListLimit)
+	}
+	sc, ok := k.Store.(seenset.Scanner)
+	if !ok {
+		return KeyList{}, seenset.ErrNoScan
+	}
+	prefix := k.Consumer + ":" + space + ":"
+	out := KeyList{Keys: []KeyStatus{}}
+	err = sc.Scan(ctx, prefix+o.Prefix, func(key string, st seenset.Status) bool {
+		if want != 0 && st.State != want {
+			return true
+		}
+		if len(out.Keys) == limit {
+			out.Truncated = true
+			return false
+		}
+		out.Keys = append(out.Keys, KeyStatus{Key: strings.TrimPrefix(key, prefix), Space: space, State: st.State.String(),
+			TTLSeconds: math.Round(st.TTL.Seconds()*1000) / 1000})
+		return true
+	})
+	if err != nil {
+		return KeyList{}, err
+	}
+	return out, nil
 }
 
 // ForgetResult is the answer of DELETE /v1/keys/{key} and `keys forget`.
@@ -186,6 +263,30 @@ func (k *Keys) Handler(token string, log *slog.Logger) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.EscapedPath() == "/v1/keys" {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET, HEAD")
+				writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method not allowed"})
+				return
+			}
+			q := r.URL.Query()
+			limit := 0
+			if v := q.Get("limit"); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					writeError(w, fmt.Errorf("%w: limit %q: want a number", ErrQuery, v))
+					return
+				}
+				limit = n
+			}
+			res, err := k.List(r.Context(), ListOptions{Space: q.Get("space"), State: q.Get("state"), Prefix: q.Get("prefix"), Limit: limit})
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, res)
+			return
+		}
 		key, ok, err := keyFromPath(r.URL)
 		if !ok {
 			writeJSON(w, http.StatusNotFound, errorBody{Error: "not found"})
@@ -270,7 +371,7 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	status := http.StatusServiceUnavailable // the store could not answer
-	if errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrSpace) || errors.Is(err, seenset.ErrInvalidArgument) {
+	if errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrSpace) || errors.Is(err, ErrQuery) || errors.Is(err, seenset.ErrInvalidArgument) {
 		status = http.StatusBadRequest
 	}
 	writeJSON(w, status, errorBody{Error: err.Error()})
