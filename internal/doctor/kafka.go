@@ -83,7 +83,7 @@ func (c *checker) kafkaTopics(cl *kgo.Client, check, source string, topics []str
 		}
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
 			if errors.Is(err, kerr.UnknownTopicOrPartition) {
-				c.add(Fail, at, "does not exist (the proxy does not create it)")
+				c.add(Fail, at, "does not exist (the proxy does not create it); create it, e.g. kafka-topics.sh --bootstrap-server BROKER --create --topic %s --partitions N", name)
 			} else {
 				c.add(Fail, at, "%v", err)
 			}

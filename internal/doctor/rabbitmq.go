@@ -54,7 +54,7 @@ func (c *checker) publishTarget(conn *amqp.Connection, check, exchange, routingK
 	// A failed passive declare closes the channel: one channel per check.
 	defer ch.Close()
 	if err := ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-		c.add(Fail, check, "exchange %s: %s", exchange, amqpFinding(err))
+		c.add(Fail, check, "exchange %s: %s", exchange, amqpFinding(err, "rabbitmqadmin declare exchange name="+exchange+" type=direct durable=true"))
 		return
 	}
 	c.add(OK, check, "exchange %s exists (whether a queue is bound for routing key %q is not checked)", exchange, routingKey)
@@ -86,18 +86,21 @@ func (c *checker) passiveQueue(conn *amqp.Connection, check, name string) (amqp.
 	defer ch.Close()
 	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	if err != nil {
-		c.add(Fail, check, "queue %s: %s", name, amqpFinding(err))
+		c.add(Fail, check, "queue %s: %s", name, amqpFinding(err, "rabbitmqadmin declare queue name="+name+" durable=true"))
 		return amqp.Queue{}, false
 	}
 	return q, true
 }
 
-func amqpFinding(err error) string {
+// amqpFinding says what err means; for a missing queue or exchange, also
+// the command that creates it (create names it, with the settings the
+// proxy expects).
+func amqpFinding(err error, create string) string {
 	var e *amqp.Error
 	if errors.As(err, &e) {
 		switch e.Code {
 		case amqp.NotFound:
-			return "does not exist (the proxy does not create it)"
+			return "does not exist (the proxy does not create it); create it, e.g. " + create
 		case amqp.AccessRefused:
 			return "access refused: " + e.Reason
 		}
