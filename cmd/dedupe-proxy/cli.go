@@ -131,6 +131,7 @@ func newRoot() *cobra.Command {
 			return runDoctor(cfg, c.OutOrStdout())
 		}),
 		keysCommand(),
+		webhookCommand(),
 		injectCommand(),
 		versionCommand(),
 		completionCommand(),

@@ -60,7 +60,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			}
 		}
 	})
-	if n < 12 { // 8 commands, config print, keys status, forget and list
+	if n < 13 { // 9 commands, config print, keys status, forget and list, webhook send
 		t.Errorf("visited %d commands", n)
 	}
 	if code, out, _ := cli("help", "help"); code != 0 || !strings.HasPrefix(out, "Usage: dedupe-proxy help [COMMAND]") {
@@ -70,7 +70,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 
 // `help` (and -h, --help) lists every command.
 func TestHelpListsEveryCommand(t *testing.T) {
-	names := append(commandNames(newRoot()), "help", "config print", "keys status", "keys forget", "keys list")
+	names := append(commandNames(newRoot()), "help", "config print", "keys status", "keys forget", "keys list", "webhook send")
 	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
 		code, out, _ := cli(args...)
 		if code != 0 {
@@ -105,8 +105,8 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 		{[]string{"inject", "extra"}, `inject: unexpected argument "extra" (use -f FILE)`, "Usage: dedupe-proxy inject [-f FILE|-] [--image IMAGE] [-q]"},
 		{[]string{"version", "-o", "yaml"}, `version: -o must be text or json, got "yaml"`, "Usage: dedupe-proxy version [-o text|json]"},
 		{[]string{"completion", "powershell"}, `completion: want one shell, bash, zsh or fish, got "powershell"`, "Usage: dedupe-proxy completion bash|zsh|fish"},
-		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, run, validate, version)`, "Usage: dedupe-proxy help [COMMAND]"},
-		{[]string{"frobnicate", "--config", cfg}, `dedupe-proxy: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, run, validate, version)`, "Run 'dedupe-proxy help' for the commands."},
+		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, run, validate, version, webhook)`, "Usage: dedupe-proxy help [COMMAND]"},
+		{[]string{"frobnicate", "--config", cfg}, `dedupe-proxy: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, run, validate, version, webhook)`, "Run 'dedupe-proxy help' for the commands."},
 	} {
 		code, out, errOut := cli(c.args...)
 		lines := strings.Split(errOut, "\n")
@@ -193,7 +193,7 @@ func TestCompletionAnswers(t *testing.T) {
 		line []string
 		want []string
 	}{
-		{[]string{""}, []string{"completion", "config", "doctor", "help", "inject", "keys", "run", "validate", "version"}},
+		{[]string{""}, []string{"completion", "config", "doctor", "help", "inject", "keys", "run", "validate", "version", "webhook"}},
 		{[]string{"val"}, []string{"validate"}},
 		{[]string{"keys", ""}, []string{"forget", "list", "status"}},
 		{[]string{"config", ""}, []string{"print"}},

@@ -19,6 +19,8 @@ Usage:
                                         needed when the config has several)
   dedupe-proxy keys list --config FILE [--state inflight|done] [--prefix P] [--limit N]
                                         list a space's keys, paged with SCAN
+  dedupe-proxy webhook send --profile P --secret S --url URL
+                                        post one correctly signed test event to a webhook source
   dedupe-proxy inject [-f FILE|-] [--image IMAGE]
                                         add the sidecar to the Kubernetes workloads of a
                                         manifest stream (stdin by default) whose pod template
