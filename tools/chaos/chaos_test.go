@@ -49,7 +49,11 @@ type result struct {
 	dblCommitFailed, dblOther                int
 	// hungWaited: requests the app hung on whose proxy ran throughout,
 	// so waited the hang out (the cases behind dblHang's 0).
-	hungWaited                        int
+	hungWaited int
+	// openGapMin: the shortest time from the SIGKILL to the second
+	// request among the dblOpen keys; the claim held, it is at least
+	// about two thirds of the lease.
+	openGapMin                        time.Duration
 	doubleHonouring                   int
 	kills, killsInWindow              int
 	windowKeys                        int
@@ -91,11 +95,11 @@ func TestMain(m *testing.M) {
 			1500*time.Millisecond, chaosAppTimeout, chaosHang, chaosLease)
 		fmt.Println("Naive doubles by cause: hang = the first request was slow and its proxy never stopped (expected 0); crash window = its proxy SIGKILLed after the app's 2xx, before the commit; mid-request = SIGKILLed while the request was open (of them: requests the app hung on); commit failed = a commit that failed after the 2xx; other = none of these.")
 		fmt.Println()
-		fmt.Println("| broker | messages | unique keys | lost | keys effected ≥2× (naive app) | … cause hang | … crash window | … SIGKILL mid-request (hung) | … commit failed | … other | keys effected ≥2× (honouring app) | proxy SIGKILLs | kills in success→commit window | keys in that window | Redis restarts | broker cuts | commit_failed | lease_lost | app 5xx / slow 503 / hangs | hangs waited out by a proxy that stayed up | slow / abandoned / no-answer lines | seconds |")
-		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Println("| broker | messages | unique keys | lost | keys effected ≥2× (naive app) | … cause hang | … crash window | … SIGKILL mid-request (hung) | … of those, shortest kill → second request | … commit failed | … other | keys effected ≥2× (honouring app) | proxy SIGKILLs | kills in success→commit window | keys in that window | Redis restarts | broker cuts | commit_failed | lease_lost | app 5xx / slow 503 / hangs | hangs waited out by a proxy that stayed up | slow / abandoned / no-answer lines | seconds |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, r := range results {
-			fmt.Printf("| %s | %d | %d | %d | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d / %d / %d | %d | %s | %.0f |\n",
-				r.broker, r.messages, r.unique, r.lost, r.doubleNaive, r.dblHang, r.dblWindow, r.dblOpen, r.dblOpenHung, r.dblCommitFailed, r.dblOther,
+			fmt.Printf("| %s | %d | %d | %d | %d | %d | %d | %d (%d) | %.1f s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d / %d / %d | %d | %s | %.0f |\n",
+				r.broker, r.messages, r.unique, r.lost, r.doubleNaive, r.dblHang, r.dblWindow, r.dblOpen, r.dblOpenHung, r.openGapMin.Seconds(), r.dblCommitFailed, r.dblOther,
 				r.doubleHonouring, r.kills, r.killsInWindow, r.windowKeys,
 				r.redisRestarts, r.cuts, r.events.commitFailed, r.events.leaseLost, r.appFailures, r.appTimeout, r.appHangs, r.hungWaited, r.events.timeouts(), r.seconds)
 		}
@@ -318,7 +322,10 @@ delivery:
 			res.lost++
 		case c > 1:
 			res.doubleNaive++
-			cause := classify(byMsg[k], procs, chaosAppTimeout)
+			cause, gap := classify(byMsg[k], procs, chaosAppTimeout)
+			if cause == causeStoppedOpen && (res.openGapMin == 0 || gap < res.openGapMin) {
+				res.openGapMin = gap
+			}
 			if cause == causeOther && len(keyLinesWith(logDir, k, "commit failed after the app succeeded")) > 0 {
 				cause = "commit failed"
 			}

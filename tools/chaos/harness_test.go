@@ -373,18 +373,21 @@ const (
 	causeOther = "other"
 )
 
-func classify(es []effect, procs []*proc, timeout time.Duration) string {
+// classify also returns, for a stop, how long after it the second
+// request came: a claim held to the end renewed at most a third of a
+// lease before the stop, so it outlives it by two thirds of a lease.
+func classify(es []effect, procs []*proc, timeout time.Duration) (string, time.Duration) {
 	first, second := es[0], es[1]
 	if at, ok := stoppedBetween(procs, first.proxy, first.start, second.start); ok {
 		if at.Before(first.end) {
-			return causeStoppedOpen
+			return causeStoppedOpen, second.start.Sub(at)
 		}
-		return causeCrashWindow
+		return causeCrashWindow, second.start.Sub(at)
 	}
 	if first.end.Sub(first.start) > timeout {
-		return causeHang
+		return causeHang, 0
 	}
-	return causeOther
+	return causeOther, 0
 }
 
 func (e effect) String() string {
