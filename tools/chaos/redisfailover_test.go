@@ -61,8 +61,9 @@ type failoverResult struct {
 
 const failoverAppTimeout = 2 * time.Second
 
-// redisLogLine is a line a server logged (not its banner).
-var redisLogLine = regexp.MustCompile(`^\d+:[MSC] `)
+// redisLogLine is a line a server logged about its role or its
+// replication links (not its banner, nor a cut-off replica's retries).
+var redisLogLine = regexp.MustCompile(`^\d+:[MSC] .*(MASTER MODE|REPLICAOF|Connection with|secondary replication ID|Full resync|Partial resynchronization accepted|Synchronization with replica|Starting BGSAVE|Discarding previously cached)`)
 
 // topology is what differs between Cluster and Sentinel.
 type topology interface {
