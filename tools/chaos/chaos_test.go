@@ -50,6 +50,8 @@ type result struct {
 	// hungWaited: requests the app hung on whose proxy ran throughout,
 	// so waited the hang out (the cases behind dblHang's 0).
 	hungWaited int
+	// quietHangs: hung requests in the stretch without kills.
+	quietHangs int
 	// openGapMin: the shortest time from the SIGKILL to the second
 	// request among the dblOpen keys; the claim held, it is at least
 	// about two thirds of the lease.
@@ -71,6 +73,8 @@ const (
 	// lapse while it waited, would have the key sent again while the app
 	// still works on it.
 	chaosHang = 12 * time.Second
+	// chaosQuietMessages: fresh keys for the stretch without kills.
+	chaosQuietMessages = 200
 )
 
 // Scale: CHAOS_MESSAGES overrides the message count (default 20,000).
@@ -91,17 +95,17 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if len(results) > 0 {
 		fmt.Println()
-		fmt.Printf("App faults: 5%% answered 503, 1%% 503 after %v (past app.timeout %v), 0.5%% hung for %v (past app.timeout and the %v lease) and then acted and answered 204.\n",
-			1500*time.Millisecond, chaosAppTimeout, chaosHang, chaosLease)
+		fmt.Printf("App faults: 5%% answered 503, 1%% 503 after %v (past app.timeout %v), 0.5%% hung for %v (past app.timeout and the %v lease) and then acted and answered 204; then %d fresh messages without kills, cuts or Redis restarts, 10%% hung.\n",
+			1500*time.Millisecond, chaosAppTimeout, chaosHang, chaosLease, chaosQuietMessages)
 		fmt.Println("Naive doubles by cause: hang = the first request was slow and its proxy never stopped (expected 0); crash window = its proxy SIGKILLed after the app's 2xx, before the commit; mid-request = SIGKILLed while the request was open (of them: requests the app hung on); commit failed = a commit that failed after the 2xx; other = none of these.")
 		fmt.Println()
-		fmt.Println("| broker | messages | unique keys | lost | keys effected ≥2× (naive app) | … cause hang | … crash window | … SIGKILL mid-request (hung) | … of those, shortest kill → second request | … commit failed | … other | keys effected ≥2× (honouring app) | proxy SIGKILLs | kills in success→commit window | keys in that window | Redis restarts | broker cuts | commit_failed | lease_lost | app 5xx / slow 503 / hangs | hangs waited out by a proxy that stayed up | slow / abandoned / no-answer lines | seconds |")
+		fmt.Println("| broker | messages | unique keys | lost | keys effected ≥2× (naive app) | … cause hang | … crash window | … SIGKILL mid-request (hung) | … of those, shortest kill → second request | … commit failed | … other | keys effected ≥2× (honouring app) | proxy SIGKILLs | kills in success→commit window | keys in that window | Redis restarts | broker cuts | commit_failed | lease_lost | app 5xx / slow 503 / hangs | hangs waited out by a proxy that stayed up (hangs in the stretch without kills) | slow / abandoned / no-answer lines | seconds |")
 		fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, r := range results {
-			fmt.Printf("| %s | %d | %d | %d | %d | %d | %d | %d (%d) | %.1f s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d / %d / %d | %d | %s | %.0f |\n",
+			fmt.Printf("| %s | %d | %d | %d | %d | %d | %d | %d (%d) | %.1f s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d / %d / %d | %d (%d) | %s | %.0f |\n",
 				r.broker, r.messages, r.unique, r.lost, r.doubleNaive, r.dblHang, r.dblWindow, r.dblOpen, r.dblOpenHung, r.openGapMin.Seconds(), r.dblCommitFailed, r.dblOther,
 				r.doubleHonouring, r.kills, r.killsInWindow, r.windowKeys,
-				r.redisRestarts, r.cuts, r.events.commitFailed, r.events.leaseLost, r.appFailures, r.appTimeout, r.appHangs, r.hungWaited, r.events.timeouts(), r.seconds)
+				r.redisRestarts, r.cuts, r.events.commitFailed, r.events.leaseLost, r.appFailures, r.appTimeout, r.appHangs, r.hungWaited, r.quietHangs, r.events.timeouts(), r.seconds)
 		}
 	}
 	os.Exit(code)
@@ -263,10 +267,30 @@ delivery:
 
 	<-pubDone
 	<-chaosDone
+	// A stretch without kills, cuts or Redis restarts: fresh keys, the
+	// app hanging on a tenth of the requests. With a SIGKILL every few
+	// seconds few 12 s hangs outlive their proxy; here every one runs to
+	// its end with its proxy up, which must wait for the answer with the
+	// key held and send no second request.
+	quiet := makePlan(chaosQuietMessages, 0)
+	res.messages, res.unique = res.messages+len(quiet.main), res.unique+len(quiet.unique)
+	app.mu.Lock()
+	hangsBefore := app.hangs
+	app.mu.Unlock()
+	app.setHangShare(100)
+	env.publisher(t, false)(quiet.main)
+	if !waitUntil(ctx, 200*time.Millisecond, func() bool { return effectedShare(app, quiet.unique) == 1 }) {
+		t.Errorf("not every key of the stretch without kills was effected before the deadline")
+	}
+	app.setHangShare(5)
+	app.mu.Lock()
+	res.quietHangs = app.hangs - hangsBefore
+	app.mu.Unlock()
 	app.setFaults(false)
+	all := append(append([]string{}, pl.unique...), quiet.unique...)
 	effected := func() bool {
 		c := app.counts()
-		for _, k := range pl.unique {
+		for _, k := range all {
 			if c[k] == 0 {
 				return false
 			}
@@ -315,7 +339,7 @@ delivery:
 	planned := map[string]bool{}
 	unexplained := map[string][]string{}
 	examples := map[string]int{}
-	for _, k := range pl.unique {
+	for _, k := range all {
 		planned[k] = true
 		switch c := counts[k]; {
 		case c == 0:

@@ -57,8 +57,8 @@ func proxyBinary(t *testing.T) string {
 // effectApp is the consumer. With faults on it fails 5% of requests with
 // 503 and lets 1% run past the proxy's app.timeout (slow) before a 503 —
 // both before any effect, as a database transaction that did not commit
-// — and hangs on 0.5% for hang (longer than app.timeout and the lease)
-// before it acts and answers 204, as an app stuck on a lock that then
+// — and hangs on 0.5% (setHangShare) for hang (longer than app.timeout
+// and the lease) before it acts and answers 204, as an app stuck on a lock that then
 // commits. Otherwise it records the request's effect durably (append +
 // fsync) and answers 204. Every recorded effect counts for a naive app;
 // an honouring app applies only the first effect per Idempotency-Key
@@ -77,6 +77,7 @@ type effectApp struct {
 	faults   bool
 	slow     time.Duration
 	hang     time.Duration
+	hangPerM int // hung requests per thousand
 	total    int
 	failed   int
 	timeout  int
@@ -108,7 +109,7 @@ func newEffectApp(t *testing.T, slow, hang time.Duration) *effectApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &effectApp{file: f, effects: map[string]int{}, addr: ln.Addr().String(), slow: slow, hang: hang, faults: true}
+	a := &effectApp{file: f, effects: map[string]int{}, addr: ln.Addr().String(), slow: slow, hang: hang, hangPerM: 5, faults: true}
 	a.srv = &http.Server{Handler: http.HandlerFunc(a.serve), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = a.srv.Serve(ln) }()
 	t.Cleanup(func() { _ = a.srv.Close(); _ = f.Close() })
@@ -123,7 +124,7 @@ func (a *effectApp) serve(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	a.inflight++
 	a.total++
-	faults := a.faults
+	faults, hangPerM := a.faults, a.hangPerM
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
@@ -161,7 +162,7 @@ func (a *effectApp) serve(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(a.slow)
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
-		case n < 65 && a.hang > 0:
+		case n < 60+hangPerM && a.hang > 0:
 			// Acts after the hang whether or not the proxy is still
 			// there: a transaction does not notice its client went away.
 			a.mu.Lock()
@@ -252,6 +253,13 @@ func (a *effectApp) idle(ctx context.Context) bool {
 		defer a.mu.Unlock()
 		return a.inflight == 0
 	})
+}
+
+// setHangShare sets how many requests per thousand the app hangs on.
+func (a *effectApp) setHangShare(perThousand int) {
+	a.mu.Lock()
+	a.hangPerM = perThousand
+	a.mu.Unlock()
 }
 
 func (a *effectApp) setFaults(on bool) {
