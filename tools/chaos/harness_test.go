@@ -278,6 +278,7 @@ type proc struct {
 	done             chan struct{}
 	starts           int
 	admin            string
+	started          []time.Time // every start, before the process exists
 	stops            []time.Time // every SIGKILL and SIGTERM the suite sent it
 }
 
@@ -285,6 +286,7 @@ func (p *proc) start(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.starts++
+	p.started = append(p.started, time.Now())
 	logf, err := os.Create(filepath.Join(p.logDir, fmt.Sprintf("proxy-%d-%03d.log", p.n, p.starts)))
 	if err != nil {
 		t.Fatal(err)
@@ -346,21 +348,51 @@ func (p *proc) ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// stoppedBetween is the first time the suite stopped proxy n after from
-// and before to.
-func stoppedBetween(procs []*proc, n int, from, to time.Time) (time.Time, bool) {
+// stopOf is when the suite stopped the run of proxy n that sent a
+// request the app began to read at sent: the run started last before
+// sent, since a request can reach the app after its sender was killed
+// (it was already on the wire) but not before its sender started. ok is
+// false if that run was not stopped before until.
+func stopOf(procs []*proc, n int, sent, until time.Time) (at time.Time, ok bool) {
 	if n < 0 || n >= len(procs) {
 		return time.Time{}, false
 	}
 	p := procs[n]
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, at := range p.stops {
-		if at.After(from) && at.Before(to) {
-			return at, true
+	run := -1
+	for i, st := range p.started {
+		if !st.After(sent) {
+			run = i
 		}
 	}
-	return time.Time{}, false
+	// Starts and stops alternate: run i ends with stop i.
+	if run < 0 || run >= len(p.stops) || !p.stops[run].Before(until) {
+		return time.Time{}, false
+	}
+	return p.stops[run], true
+}
+
+// runs lists proxy n's starts and stops between from and to, for a
+// failure message.
+func runs(procs []*proc, n int, from, to time.Time) string {
+	if n < 0 || n >= len(procs) {
+		return ""
+	}
+	p := procs[n]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for i, st := range p.started {
+		if i < len(p.stops) && p.stops[i].Before(from) || st.After(to) {
+			continue
+		}
+		fmt.Fprintf(&b, " started %s", st.Format("15:04:05.000"))
+		if i < len(p.stops) {
+			fmt.Fprintf(&b, " stopped %s;", p.stops[i].Format("15:04:05.000"))
+		}
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // Why a message was acted on twice, from its first two requests (in the
@@ -370,8 +402,9 @@ const (
 	// The first request's proxy was stopped after the app had acted and
 	// answered, before the second request: the success→commit window.
 	causeCrashWindow = "crash window"
-	// It was stopped while the first request was still open at the app,
-	// which acted after its client was gone (a SIGKILL mid-request).
+	// It was stopped before the app had answered the first request
+	// (while the request was open, or still on the wire): the app acted
+	// after its client was gone (a SIGKILL mid-request).
 	causeStoppedOpen = "stopped mid-request"
 	// Nothing stopped it, and the first request took longer than
 	// app.timeout: the proxy let go of a request it should have waited
@@ -386,7 +419,7 @@ const (
 // lease before the stop, so it outlives it by two thirds of a lease.
 func classify(es []effect, procs []*proc, timeout time.Duration) (string, time.Duration) {
 	first, second := es[0], es[1]
-	if at, ok := stoppedBetween(procs, first.proxy, first.start, second.start); ok {
+	if at, ok := stopOf(procs, first.proxy, first.start, second.start); ok {
 		if at.Before(first.end) {
 			return causeStoppedOpen, second.start.Sub(at)
 		}
