@@ -9,12 +9,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,24 +54,45 @@ func proxyBinary(t *testing.T) string {
 	return binPath
 }
 
-// effectApp is the consumer: it fails 5% of requests with 503 and lets 1%
-// run past the proxy's timeout — both before any effect, as a database
-// transaction that did not commit — and otherwise records the request's
-// Idempotency-Key durably (append + fsync) and answers 204. Every recorded
-// request is an effect for a naive app; an honouring app applies only the
-// first effect per key (its own dedupe table).
+// effectApp is the consumer. With faults on it fails 5% of requests with
+// 503 and lets 1% run past the proxy's app.timeout (slow) before a 503 —
+// both before any effect, as a database transaction that did not commit
+// — and hangs on 0.5% (setHangShare) for hang (longer than app.timeout
+// and the lease) before it acts and answers 204, as an app stuck on a lock that then
+// commits. Otherwise it records the request's effect durably (append +
+// fsync) and answers 204. Every recorded effect counts for a naive app;
+// an honouring app applies only the first effect per Idempotency-Key
+// (its own dedupe table), which the suites work out from the records.
+//
+// Each proxy is given its own app.url, http://addr/p<n>, so every
+// request says which proxy sent it.
 type effectApp struct {
-	srv     *http.Server
-	addr    string
-	file    *os.File
-	mu      sync.Mutex
-	effects map[string]int
-	recent  []keyAt
-	faults  bool
-	slow    time.Duration
-	total   int
-	failed  int
-	timeout int
+	srv      *http.Server
+	addr     string
+	file     *os.File
+	mu       sync.Mutex
+	effects  map[string]int // per message (the body's meta.id)
+	records  []effect
+	recent   []keyAt
+	faults   bool
+	slow     time.Duration
+	hang     time.Duration
+	hangPerM int // hung requests per thousand
+	total    int
+	failed   int
+	timeout  int
+	hangs    int
+	inflight int
+}
+
+// effect is one request the app acted on.
+type effect struct {
+	key        string // its Idempotency-Key
+	id         string // the message's own key, meta.id in its body
+	proxy      int    // which proxy sent it (-1: unknown)
+	attempt    string // X-Dedupe-Attempt
+	start, end time.Time
+	hung       bool // the app hung on it before acting
 }
 
 type keyAt struct {
@@ -76,7 +100,7 @@ type keyAt struct {
 	at  time.Time
 }
 
-func newEffectApp(t *testing.T, slow time.Duration) *effectApp {
+func newEffectApp(t *testing.T, slow, hang time.Duration) *effectApp {
 	f, err := os.OpenFile(filepath.Join(t.TempDir(), "effects.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -85,47 +109,76 @@ func newEffectApp(t *testing.T, slow time.Duration) *effectApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &effectApp{file: f, effects: map[string]int{}, addr: ln.Addr().String(), slow: slow, faults: true}
+	a := &effectApp{file: f, effects: map[string]int{}, addr: ln.Addr().String(), slow: slow, hang: hang, hangPerM: 5, faults: true}
 	a.srv = &http.Server{Handler: http.HandlerFunc(a.serve), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = a.srv.Serve(ln) }()
 	t.Cleanup(func() { _ = a.srv.Close(); _ = f.Close() })
 	return a
 }
 
+// url is the app.url for proxy n.
+func (a *effectApp) url(n int) string { return fmt.Sprintf("http://%s/p%d", a.addr, n) }
+
 func (a *effectApp) serve(w http.ResponseWriter, r *http.Request) {
-	var body [512]byte
-	for {
-		if _, err := r.Body.Read(body[:]); err != nil {
-			break
+	start := time.Now()
+	a.mu.Lock()
+	a.inflight++
+	a.total++
+	faults, hangPerM := a.faults, a.hangPerM
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.inflight--
+		a.mu.Unlock()
+	}()
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	key := r.Header.Get("Idempotency-Key")
+	var env struct{ Meta struct{ ID string } }
+	id := key
+	if json.Unmarshal(body, &env) == nil && env.Meta.ID != "" {
+		id = env.Meta.ID
+	}
+	proxy := -1
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/p"); ok {
+		if i := strings.IndexByte(rest, '/'); i > 0 {
+			if n, err := strconv.Atoi(rest[:i]); err == nil {
+				proxy = n
+			}
 		}
 	}
-	key := r.Header.Get("Idempotency-Key")
-	a.mu.Lock()
-	a.total++
-	faults := a.faults
-	a.mu.Unlock()
+	hung := false
 	if faults {
-		switch n := mrand.IntN(100); {
-		case n < 5:
+		switch n := mrand.IntN(1000); {
+		case n < 50:
 			a.mu.Lock()
 			a.failed++
 			a.mu.Unlock()
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
-		case n < 6:
+		case n < 60:
 			a.mu.Lock()
 			a.timeout++
 			a.mu.Unlock()
 			time.Sleep(a.slow)
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
+		case n < 60+hangPerM && a.hang > 0:
+			// Acts after the hang whether or not the proxy is still
+			// there: a transaction does not notice its client went away.
+			a.mu.Lock()
+			a.hangs++
+			a.mu.Unlock()
+			time.Sleep(a.hang)
+			hung = true
 		}
 	}
 	a.mu.Lock()
 	if _, err := a.file.WriteString(key + "\n"); err == nil {
 		_ = a.file.Sync()
 	}
-	a.effects[key]++
+	a.effects[id]++
+	a.records = append(a.records, effect{key: key, id: id, proxy: proxy, attempt: r.Header.Get("X-Dedupe-Attempt"),
+		start: start, end: time.Now(), hung: hung})
 	a.recent = append(a.recent, keyAt{key, time.Now()})
 	if len(a.recent) > 20000 {
 		a.recent = a.recent[len(a.recent)-10000:]
@@ -145,6 +198,7 @@ func (a *effectApp) effectedSince(t time.Time) []string {
 	return keys
 }
 
+// counts is the naive app's effects per message.
 func (a *effectApp) counts() map[string]int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -153,6 +207,59 @@ func (a *effectApp) counts() map[string]int {
 		m[k] = v
 	}
 	return m
+}
+
+// effectsOf returns every effect, grouped by message, each group in the
+// order the requests arrived.
+func (a *effectApp) effectsOf() map[string][]effect {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := map[string][]effect{}
+	for _, e := range a.records {
+		m[e.id] = append(m[e.id], e)
+	}
+	for _, es := range m {
+		sort.SliceStable(es, func(i, j int) bool { return es[i].start.Before(es[j].start) })
+	}
+	return m
+}
+
+// honouring replays the recorded effects, in the order the app made them,
+// through an app that honours Idempotency-Key: it acts on a request only
+// if no earlier one carried the same key, and on every request without
+// one. It returns how often that app acted per message (meta.id). Its
+// doubles can only come from two requests for one message with different
+// keys (or none); a key shared by two messages shows as a message it
+// never acted on.
+func (a *effectApp) honouring() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	done := map[string]bool{}
+	acted := map[string]int{}
+	for _, e := range a.records {
+		if e.key != "" && done[e.key] {
+			continue
+		}
+		done[e.key] = e.key != ""
+		acted[e.id]++
+	}
+	return acted
+}
+
+// idle waits until no request is open at the app.
+func (a *effectApp) idle(ctx context.Context) bool {
+	return waitUntil(ctx, 50*time.Millisecond, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.inflight == 0
+	})
+}
+
+// setHangShare sets how many requests per thousand the app hangs on.
+func (a *effectApp) setHangShare(perThousand int) {
+	a.mu.Lock()
+	a.hangPerM = perThousand
+	a.mu.Unlock()
 }
 
 func (a *effectApp) setFaults(on bool) {
@@ -171,12 +278,15 @@ type proc struct {
 	done             chan struct{}
 	starts           int
 	admin            string
+	started          []time.Time // every start, before the process exists
+	stops            []time.Time // every SIGKILL and SIGTERM the suite sent it
 }
 
 func (p *proc) start(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.starts++
+	p.started = append(p.started, time.Now())
 	logf, err := os.Create(filepath.Join(p.logDir, fmt.Sprintf("proxy-%d-%03d.log", p.n, p.starts)))
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +309,7 @@ func (p *proc) kill() {
 	if p.cmd == nil {
 		return
 	}
+	p.stops = append(p.stops, time.Now())
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 	p.cmd = nil
@@ -211,6 +322,7 @@ func (p *proc) term(t *testing.T) int {
 	if p.cmd == nil {
 		return 0
 	}
+	p.stops = append(p.stops, time.Now())
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -236,25 +348,162 @@ func (p *proc) ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// logLines counts lines containing s across every proxy log.
-func logLines(dir, s string) int {
+// stopOf is when the suite stopped the run of proxy n that sent a
+// request the app began to read at sent: the run started last before
+// sent, since a request can reach the app after its sender was killed
+// (it was already on the wire) but not before its sender started. ok is
+// false if that run was not stopped before until.
+func stopOf(procs []*proc, n int, sent, until time.Time) (at time.Time, ok bool) {
+	if n < 0 || n >= len(procs) {
+		return time.Time{}, false
+	}
+	p := procs[n]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	run := -1
+	for i, st := range p.started {
+		if !st.After(sent) {
+			run = i
+		}
+	}
+	// Starts and stops alternate: run i ends with stop i.
+	if run < 0 || run >= len(p.stops) || !p.stops[run].Before(until) {
+		return time.Time{}, false
+	}
+	return p.stops[run], true
+}
+
+// runs lists proxy n's starts and stops between from and to, for a
+// failure message.
+func runs(procs []*proc, n int, from, to time.Time) string {
+	if n < 0 || n >= len(procs) {
+		return ""
+	}
+	p := procs[n]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for i, st := range p.started {
+		if i < len(p.stops) && p.stops[i].Before(from) || st.After(to) {
+			continue
+		}
+		fmt.Fprintf(&b, " started %s", st.Format("15:04:05.000"))
+		if i < len(p.stops) {
+			fmt.Fprintf(&b, " stopped %s;", p.stops[i].Format("15:04:05.000"))
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// Why a message was acted on twice, from its first two requests (in the
+// order they reached the app) and what the suite did to the proxy that
+// sent the first.
+const (
+	// The first request's proxy was stopped after the app had acted and
+	// answered, before the second request: the success→commit window.
+	causeCrashWindow = "crash window"
+	// It was stopped before the app had answered the first request
+	// (while the request was open, or still on the wire): the app acted
+	// after its client was gone (a SIGKILL mid-request).
+	causeStoppedOpen = "stopped mid-request"
+	// Nothing stopped it, and the first request took longer than
+	// app.timeout: the proxy let go of a request it should have waited
+	// for (the hang-past-timeout overlap).
+	causeHang = "hang"
+	// Nothing stopped it and the first request was quick.
+	causeOther = "other"
+)
+
+// classify also returns, for a stop, how long after it the second
+// request came: a claim held to the end renewed at most a third of a
+// lease before the stop, so it outlives it by two thirds of a lease.
+func classify(es []effect, procs []*proc, timeout time.Duration) (string, time.Duration) {
+	first, second := es[0], es[1]
+	if at, ok := stopOf(procs, first.proxy, first.start, second.start); ok {
+		if at.Before(first.end) {
+			return causeStoppedOpen, second.start.Sub(at)
+		}
+		return causeCrashWindow, second.start.Sub(at)
+	}
+	if first.end.Sub(first.start) > timeout {
+		return causeHang, 0
+	}
+	return causeOther, 0
+}
+
+func (e effect) String() string {
+	return fmt.Sprintf("proxy %d attempt %s at %s took %v (hung: %v)", e.proxy, e.attempt, e.start.Format("15:04:05.000"),
+		e.end.Sub(e.start).Round(time.Millisecond), e.hung)
+}
+
+// proxyEvents are the proxies' log lines about open requests and leases.
+type proxyEvents struct {
+	slow, abandoned, noAnswer int // past app.timeout; past app.max_request_time; connection lost or cut short, key kept
+	leaseLost, commitFailed   int
+}
+
+func (e proxyEvents) timeouts() string {
+	return fmt.Sprintf("%d / %d / %d", e.slow, e.abandoned, e.noAnswer)
+}
+
+func countEvents(dir string) proxyEvents {
+	var e proxyEvents
+	eachLogLine(dir, func(l string) {
+		switch {
+		case strings.Contains(l, "the app has not answered within app.timeout"):
+			e.slow++
+		case strings.Contains(l, "no answer from the app within app.max_request_time"):
+			e.abandoned++
+		case strings.Contains(l, "no answer from the app; the key stays claimed"):
+			e.noAnswer++
+		case strings.Contains(l, "lease lost"), strings.Contains(l, "commit refused"):
+			e.leaseLost++
+		case strings.Contains(l, "commit failed after the app succeeded"):
+			e.commitFailed++
+		}
+	})
+	return e
+}
+
+// keyLines returns up to max log lines that name key.
+func keyLines(dir, key string, max int) []string {
+	var out []string
+	needle := `"key":"` + key + `"`
+	eachLogLine(dir, func(l string) {
+		if len(out) < max && strings.Contains(l, needle) {
+			out = append(out, l)
+		}
+	})
+	return out
+}
+
+// keyLinesWith returns the log lines that name key and contain s.
+func keyLinesWith(dir, key, s string) []string {
+	var out []string
+	needle := `"key":"` + key + `"`
+	eachLogLine(dir, func(l string) {
+		if strings.Contains(l, needle) && strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	})
+	return out
+}
+
+func eachLogLine(dir string, f func(string)) {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	n := 0
-	for _, f := range files {
-		fh, err := os.Open(f)
+	sort.Strings(files)
+	for _, name := range files {
+		fh, err := os.Open(name)
 		if err != nil {
 			continue
 		}
 		sc := bufio.NewScanner(fh)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), s) {
-				n++
-			}
+			f(filepath.Base(name) + ": " + sc.Text())
 		}
 		fh.Close()
 	}
-	return n
 }
 
 // plan: unique keys and their duplicates.
