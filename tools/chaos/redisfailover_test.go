@@ -206,7 +206,14 @@ func TestRedisFailover(t *testing.T) {
 				if setup == "cluster" {
 					topo = clusterTopo{testutil.StartRedisCluster(t, testutil.RedisClusterOptions{NodeTimeout: time.Second})}
 				} else {
-					topo = sentinelTopo{testutil.StartRedisSentinel(t, testutil.RedisSentinelOptions{DownAfter: time.Second})}
+					// 2 s, not 1 s: on two loaded cores the sentinels once
+					// marked the master they had just promoted down after
+					// 1 s and failed over a second time, discarding the
+					// writes it had taken (about 1 run in 19). That is a
+					// real hazard of a down-after that short, and
+					// docs/redis.md says so; this suite measures one
+					// failover.
+					topo = sentinelTopo{testutil.StartRedisSentinel(t, testutil.RedisSentinelOptions{DownAfter: 2 * time.Second})}
 				}
 				results = append(results, runFailover(t, topo, wait))
 			})
