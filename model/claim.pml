@@ -171,6 +171,14 @@ byte r_st, r_own = NONE, r_lease;
 
 /* ---- the broker ---- */
 byte queued = 1;       /* deliveries waiting (the message, then redeliveries) */
+#ifdef LIVENESS
+/* A requeued delivery comes back after a tick: otherwise a busy key could
+ * be requeued and redelivered for ever while no time passes. */
+byte requeued;
+#define REQUEUE requeued++
+#else
+#define REQUEUE queued++
+#endif
 bool held[NR];         /* the replica has a delivery */
 
 /* ---- the app: one slot per request open at it ---- */
@@ -347,7 +355,7 @@ claim:
 			atomic { ACKED_ONLY_EFFECTED; held[r] = false; STEP(T_DUP_ACK) };
 			goto next
 		:: res == BUSY ->
-			atomic { held[r] = false; queued++; STEP(T_BUSY_REQUEUE) };
+			atomic { held[r] = false; REQUEUE; STEP(T_BUSY_REQUEUE) };
 			goto next
 		:: res == CLAIMED
 		fi;
@@ -581,6 +589,9 @@ proctype World() {
 		:: else
 		fi;
 #endif
+#ifdef LIVENESS
+		queued = queued + requeued; requeued = 0;
+#endif
 		if :: nb[0] > 0 -> nb[0]-- :: else fi;
 		if :: nb[1] > 0 -> nb[1]-- :: else fi;
 		renewdue[0] = holding[0];
@@ -636,9 +647,9 @@ init {
 
 /* every delivery settled, and the work done: nothing waits at the broker,
  * no replica holds a delivery */
-#define SETTLED (queued == 0 && !held[0] && !held[1] && recorded)
-
 #ifdef LIVENESS
+#define SETTLED (queued == 0 && requeued == 0 && !held[0] && !held[1] && recorded)
+
 /* every message is eventually effected and every delivery acked */
 ltl eventually_effected { <> [] SETTLED }
 #endif
