@@ -47,7 +47,7 @@ while IFS='|' read -r name defs expect; do
   cflags="-O2 -w -DMEMLIM=$MEMLIM -DCOLLAPSE"
   run="-m3000000"
   case $expect in
-    live) run="$run -a -f"; cflags="$cflags -DNFAIR=3" ;;
+    live|livetrail*) run="$run -a -f"; cflags="$cflags -DNFAIR=3" ;;
     trail*) cflags="$cflags -DSAFETY -DBFS" ;;
     *) cflags="$cflags -DSAFETY" ;;
   esac
@@ -76,8 +76,8 @@ while IFS='|' read -r name defs expect; do
         result=INCOMPLETE
         note="$(grep -E 'max search depth|out of memory|Search not completed' "$out" | head -1)"
       fi ;;
-    trail*)
-      re=${expect#trail }
+    trail*|livetrail*)
+      re=${expect#*trail }
       if [[ $errors == 0 || -z $errors ]]; then
         result=NO-TRAIL; note="expected a violation matching: $re"
       else
