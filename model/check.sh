@@ -64,7 +64,7 @@ while IFS='|' read -r name defs expect; do
   note=""
   if grep -q "hash factor" "$out"; then note="bitstate, $(grep -o 'hash factor: [0-9.e+]*' "$out")"; fi
   incomplete=""
-  if grep -q -E "max search depth too small|out of memory|Search not completed" "$out"; then incomplete=1; fi
+  if grep -q -E "max search depth too small|out of memory|reached -DMEMLIM bound|Search not completed" "$out"; then incomplete=1; fi
   result=ok
   case $expect in
     ok|live)
@@ -74,7 +74,7 @@ while IFS='|' read -r name defs expect; do
         note="trail: $dir/trail.out"
       elif [[ -n $incomplete ]]; then
         result=INCOMPLETE
-        note="$(grep -E 'max search depth|out of memory|Search not completed' "$out" | head -1)"
+        note="$(grep -E 'max search depth|out of memory|reached -DMEMLIM bound|Search not completed' "$out" | head -1)"
       fi ;;
     trail*|livetrail*)
       re=${expect#*trail }
