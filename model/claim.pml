@@ -46,7 +46,7 @@
  *
  * TRANSITIONS: every step of the model, and the code that implements it
  * (package.Function or package.Type.Method; "env" for what the world
- * does). model_test.go checks that every function named here exists, and
+ * does). model/table_test.go checks that every function named here exists, and
  * that every step of internal/claim is named here.
  *
  *   T_DELIVER       pipeline.Pipeline.handle pipeline.work.run

@@ -109,11 +109,11 @@ func TestModelReleaseOnTimeoutIsBroken(t *testing.T) {
 			t.Errorf("the counterexample lacks %q:\n%s", want, broken.trail)
 		}
 	}
-	real := runSpin(t, small...)
-	if real.errors != 0 {
-		t.Fatalf("the real protocol violates a property; trail:\n%s", real.trail)
+	code := runSpin(t, small...)
+	if code.errors != 0 {
+		t.Fatalf("the protocol as the code implements it violates a property; trail:\n%s", code.trail)
 	}
-	t.Logf("broken: counterexample after %s states; real: %s states, no violation", broken.states, real.states)
+	t.Logf("broken: counterexample after %s states; as implemented: %s states, no violation", broken.states, code.states)
 }
 
 // Marking the key done before forwarding it acks a message the app
