@@ -35,7 +35,7 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 trim() { local s=$1; s=${s#"${s%%[![:space:]]*}"}; printf '%s' "${s%"${s##*[![:space:]]}"}"; }
 start_all=$(now)
-printf '%-16s %-8s %12s %8s  %s\n' check result states seconds note
+printf '%-20s %-8s %12s %8s  %s\n' check result states seconds note
 while IFS='|' read -r name defs expect; do
   name=$(trim "$name"); defs=$(trim "${defs:-}"); expect=$(trim "${expect:-}")
   [[ -z $name || $name == \#* ]] && continue
@@ -91,10 +91,10 @@ while IFS='|' read -r name defs expect; do
       fi ;;
   esac
   case $result in ok|trail) ;; *) failed=1 ;; esac
-  printf '%-16s %-8s %12s %8s  %s\n' "$name" "$result" "${states:-?}" "$secs" "$note"
+  printf '%-20s %-8s %12s %8s  %s\n' "$name" "$result" "${states:-?}" "$secs" "$note"
   if [[ -n $states ]]; then total_states=$(awk -v a="$total_states" -v b="$states" 'BEGIN { printf "%d", a + b }'); fi
 done <"$here/configs.txt"
-printf '%-16s %-8s %12s %8s\n' total "" "$total_states" "$(elapsed "$start_all")"
+printf '%-20s %-8s %12s %8s\n' total "" "$total_states" "$(elapsed "$start_all")"
 if [[ $failed != 0 ]]; then
   echo "[model] FAILED (pan's output and trails: ${WORK:-set WORK=dir to keep them})"
   exit 1
