@@ -75,7 +75,7 @@ redis-failover: ## Redis Cluster and Sentinel failover under load, with and with
 	go test -tags chaos -count=1 -timeout 15m -v -run TestRedisFailover ./tools/chaos/
 
 # Memory cap (MB) of each model search; MODEL_CHECKS names some of
-# model/configs.txt (default: all).
+# model/configs.txt (default: all but those marked extra).
 MODEL_MEMLIM ?= 1024
 MODEL_CHECKS ?=
 model: ## Model-check the claim protocol (model/claim.pml) with spin, exhaustively; installs spin (apt-get) when missing (~1-2 min)

@@ -4,6 +4,7 @@
 #
 #   model/check.sh [name...]
 #
+# With no names it runs every check but those marked "extra".
 # MEMLIM (MB, default 1024) caps each search; pan stops there and the
 # check fails as incomplete. WORK (default: a temporary directory) keeps
 # pan's sources and trails. spin is installed with apt-get when missing
@@ -36,10 +37,12 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 trim() { local s=$1; s=${s#"${s%%[![:space:]]*}"}; printf '%s' "${s%"${s##*[![:space:]]}"}"; }
 start_all=$(now)
 printf '%-20s %-8s %12s %8s  %s\n' check result states seconds note
-while IFS='|' read -r name defs expect; do
-  name=$(trim "$name"); defs=$(trim "${defs:-}"); expect=$(trim "${expect:-}")
+while IFS='|' read -r name defs expect extra; do
+  name=$(trim "$name"); defs=$(trim "${defs:-}"); expect=$(trim "${expect:-}"); extra=$(trim "${extra:-}")
   [[ -z $name || $name == \#* ]] && continue
   if [[ $# -gt 0 && $want != *" $name "* ]]; then continue; fi
+  # An "extra" check runs only when named.
+  if [[ $# -eq 0 && $extra == extra ]]; then continue; fi
   dir=$work/$name
   mkdir -p "$dir"
   # shellcheck disable=SC2086
@@ -51,7 +54,7 @@ while IFS='|' read -r name defs expect; do
     trail*) cflags="$cflags -DSAFETY -DBFS" ;;
     *) cflags="$cflags -DSAFETY" ;;
   esac
-  if [[ $defs == *BITSTATE* ]]; then cflags="$cflags -DBITSTATE"; fi
+  if [[ $defs == *BITSTATE* ]]; then cflags="${cflags/-DCOLLAPSE/} -DBITSTATE"; run="$run -w30"; fi
   # shellcheck disable=SC2086
   (cd "$dir" && cc $cflags -o pan pan.c) || { echo "[model] $name: cc pan.c failed"; failed=1; continue; }
   t0=$(now)
