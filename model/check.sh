@@ -41,6 +41,9 @@ while IFS='|' read -r name defs expect extra; do
   name=$(trim "$name"); defs=$(trim "${defs:-}"); expect=$(trim "${expect:-}"); extra=$(trim "${extra:-}")
   [[ -z $name || $name == \#* ]] && continue
   if [[ $# -gt 0 && $want != *" $name "* ]]; then continue; fi
+  if [[ -n $extra && $extra != extra ]]; then
+    echo "[model] $name: a fourth field must be \"extra\" (a \"|\" in a regex?): $extra"; failed=1; continue
+  fi
   # An "extra" check runs only when named.
   if [[ $# -eq 0 && $extra == extra ]]; then continue; fi
   dir=$work/$name
