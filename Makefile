@@ -9,7 +9,7 @@ BIN := bin/dedupe-proxy
 # The whole suite against the local RabbitMQ and Redis (make check, the README's test command, runs it).
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: help build test demo demo-webhook demo-embedded demo-exactly-once check vet fmt-check chaos redis-failover clean
+.PHONY: help build test demo demo-webhook demo-embedded demo-exactly-once check vet fmt-check chaos redis-failover model clean
 # The demo's parts: auto uses the local RabbitMQ and Redis when both answer
 # and otherwise an in-process Kafka and Redis; EMBEDDED=1 asks for those.
 BROKER ?= auto
@@ -67,9 +67,9 @@ $(GOLANGCI_LINT):
 fmt-check: ## Fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-check: ## Everything CI runs: gofmt, vet, lint, tests, the embedded and exactly-once demos, the chaos and Redis failover suites, the chart checks; the tree must not change
+check: ## Everything CI runs: gofmt, vet, lint, tests, the claim model, the embedded and exactly-once demos, the chaos and Redis failover suites, the chart checks; the tree must not change
 	@before=$$(git status --porcelain); \
-	$(MAKE) --no-print-directory fmt-check vet lint test demo-embedded demo-exactly-once chaos redis-failover chart-check || exit 1; \
+	$(MAKE) --no-print-directory fmt-check vet lint test model demo-embedded demo-exactly-once chaos redis-failover chart-check || exit 1; \
 	after=$$(git status --porcelain); \
 	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 
@@ -78,6 +78,13 @@ chaos: ## Fault suite: SIGKILLs, Redis restarts, broker cuts; prints lost/double
 
 redis-failover: ## Redis Cluster and Sentinel failover under load, with and without wait_replicas; prints a table (~2-3 min)
 	go test -tags chaos -count=1 -timeout 15m -v -run TestRedisFailover ./tools/chaos/
+
+# Memory cap (MB) of each model search; MODEL_CHECKS names some of
+# model/configs.txt (default: all but those marked extra).
+MODEL_MEMLIM ?= 1024
+MODEL_CHECKS ?=
+model: ## Model-check the claim protocol (model/claim.pml) with spin, exhaustively; installs spin (apt-get) when missing (~2 min)
+	MEMLIM=$(MODEL_MEMLIM) bash model/check.sh $(MODEL_CHECKS)
 
 clean: ## Remove build output
 	rm -rf bin
