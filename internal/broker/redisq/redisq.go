@@ -98,18 +98,9 @@ var ErrWrongType = errors.New("redis: the queue key holds the wrong type")
 
 // Source consumes one Redis list.
 type Source struct {
-	o   Options
-	k   keys
-	rdb redis.UniversalClient
-	log *slog.Logger
-
-	connected atomic.Bool
-	// problem is a reason Ready gives while connected (WRONGTYPE);
-	// lastErr why the last session ended or could not start.
-	problem atomic.Pointer[error]
-	lastErr atomic.Pointer[error]
-	down    time.Time
-	closed  sync.Once
+	link
+	o Options
+	k keys
 }
 
 var _ broker.Source = (*Source)(nil)
@@ -145,7 +136,7 @@ func New(o Options) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{o: o, k: newKeys(o.Queue, o.DeadLetter), rdb: rdb}
+	s := &Source{o: o, k: newKeys(o.Queue, o.DeadLetter), link: link{rdb: rdb, what: fmt.Sprintf("redis queue %q", o.Queue)}}
 	s.log = o.Logger.With("source", o.Name, "queue", o.Queue, "replica", o.Replica)
 	return s, nil
 }
@@ -193,58 +184,11 @@ func (s *Source) Requeues() bool { return true }
 // "{<queue>}:processing:<replica>").
 func (s *Source) Replica() string { return s.o.Replica }
 
-// Ready implements broker.Source.
-func (s *Source) Ready() error {
-	if !s.connected.Load() {
-		if e := s.lastErr.Load(); e != nil {
-			return fmt.Errorf("%w to redis queue %q: %v", broker.ErrNotConnected, s.o.Queue, *e)
-		}
-		return broker.ErrNotConnected
-	}
-	if p := s.problem.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Close implements broker.Source.
-func (s *Source) Close() error {
-	var err error
-	s.closed.Do(func() { err = s.rdb.Close() })
-	return err
-}
-
 // Run implements broker.Source.
 func (s *Source) Run(ctx context.Context, h broker.Handler) error {
-	retry := backoff.New(backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax})
-	first := true
-	for {
-		connected, err := s.session(ctx, h, !first)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			s.lastErr.Store(&err)
-		}
-		if connected {
-			first = false
-			retry.Reset()
-		}
-		delay := retry.Next()
-		msg := "redis connection lost, reconnecting"
-		if !connected {
-			msg = "redis: cannot consume, retrying"
-		}
-		level := slog.LevelDebug
-		if connected || s.down.IsZero() {
-			level = slog.LevelWarn
-			s.down = time.Now()
-		}
-		s.log.Log(ctx, level, msg, "err", errText(err), "retry_in", delay.String())
-		if !backoff.Wait(ctx, nil, delay) {
-			return nil
-		}
-	}
+	return s.reconnect(ctx, backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax},
+		"redis connection lost, reconnecting", "redis: cannot consume, retrying",
+		func(ctx context.Context, reconnect bool) (bool, error) { return s.session(ctx, h, reconnect) })
 }
 
 // session is one stretch of consuming between connection failures. It

@@ -29,16 +29,9 @@ const FieldMessageID = "bq-message-id"
 // third of ClaimIdle, so only a dead replica's entries reach ClaimIdle
 // and are taken over.
 type StreamSource struct {
+	link
 	o       Options
-	rdb     redis.UniversalClient
-	log     *slog.Logger
 	session string // key nobody writes, blocked on to notice a cut
-
-	connected atomic.Bool
-	problem   atomic.Pointer[error]
-	lastErr   atomic.Pointer[error]
-	down      time.Time
-	closed    sync.Once
 
 	mu sync.Mutex
 	// held are entries reserved and not yet settled: renewed.
@@ -83,7 +76,7 @@ func NewStream(o Options) (*StreamSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &StreamSource{o: o, rdb: rdb, held: map[string]struct{}{}, poke: make(chan struct{}, 1),
+	s := &StreamSource{o: o, link: link{rdb: rdb, what: fmt.Sprintf("redis stream %q", o.Stream)}, held: map[string]struct{}{}, poke: make(chan struct{}, 1),
 		session: "{" + HashTag(o.Stream) + "}:session:" + o.Replica}
 	s.log = o.Logger.With("source", o.Name, "stream", o.Stream, "group", o.Group, "consumer", o.Replica)
 	return s, nil
@@ -99,54 +92,11 @@ func (s *StreamSource) Requeues() bool { return true }
 // Consumer is this replica's consumer name in the group.
 func (s *StreamSource) Consumer() string { return s.o.Replica }
 
-// Ready implements broker.Source.
-func (s *StreamSource) Ready() error {
-	if !s.connected.Load() {
-		if e := s.lastErr.Load(); e != nil {
-			return fmt.Errorf("%w to redis stream %q: %v", broker.ErrNotConnected, s.o.Stream, *e)
-		}
-		return broker.ErrNotConnected
-	}
-	if p := s.problem.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Close implements broker.Source.
-func (s *StreamSource) Close() error {
-	var err error
-	s.closed.Do(func() { err = s.rdb.Close() })
-	return err
-}
-
 // Run implements broker.Source.
 func (s *StreamSource) Run(ctx context.Context, h broker.Handler) error {
-	retry := backoff.New(backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax})
-	first := true
-	for {
-		connected, err := s.run(ctx, h, !first)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			s.lastErr.Store(&err)
-		}
-		if connected {
-			first = false
-			retry.Reset()
-		}
-		delay := retry.Next()
-		level := slog.LevelDebug
-		if connected || s.down.IsZero() {
-			level = slog.LevelWarn
-			s.down = time.Now()
-		}
-		s.log.Log(ctx, level, "redis stream: not consuming, retrying", "err", errText(err), "retry_in", delay.String())
-		if !backoff.Wait(ctx, nil, delay) {
-			return nil
-		}
-	}
+	msg := "redis stream: not consuming, retrying"
+	return s.reconnect(ctx, backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax}, msg, msg,
+		func(ctx context.Context, reconnect bool) (bool, error) { return s.run(ctx, h, reconnect) })
 }
 
 // entry is one reserved stream entry with its delivery count.

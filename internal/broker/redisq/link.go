@@ -1,0 +1,93 @@
+package redisq
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+)
+
+// link is what both modes keep of their connection to the broker Redis:
+// whether a session is consuming, why the last one ended, a problem Ready
+// reports while connected (WRONGTYPE), and the loop that starts sessions
+// again with a backoff. One copy, so the list and the stream reconnect
+// and report their state the same way.
+type link struct {
+	rdb redis.UniversalClient
+	log *slog.Logger
+	// what names the key consumed, for Ready: `redis queue "orders"`.
+	what string
+
+	connected atomic.Bool
+	problem   atomic.Pointer[error]
+	lastErr   atomic.Pointer[error]
+	down      time.Time
+	closed    sync.Once
+}
+
+// Ready implements broker.Source.
+func (l *link) Ready() error {
+	if !l.connected.Load() {
+		if e := l.lastErr.Load(); e != nil {
+			return fmt.Errorf("%w to %s: %v", broker.ErrNotConnected, l.what, *e)
+		}
+		return broker.ErrNotConnected
+	}
+	if p := l.problem.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Close implements broker.Source.
+func (l *link) Close() error {
+	var err error
+	l.closed.Do(func() { err = l.rdb.Close() })
+	return err
+}
+
+// reconnect runs session until ctx ends, waiting a backoff between
+// sessions (reset by one that connected). A session reports whether it
+// connected and why it ended; reconnect is false only for the first.
+// lost and failing are the log lines for a session that had connected
+// and for one that could not; only the first line of an outage is a
+// warning.
+func (l *link) reconnect(ctx context.Context, p backoff.Policy, lost, failing string,
+	session func(ctx context.Context, reconnect bool) (bool, error)) error {
+	retry := backoff.New(p)
+	first := true
+	for {
+		connected, err := session(ctx, !first)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			l.lastErr.Store(&err)
+		}
+		if connected {
+			first = false
+			retry.Reset()
+		}
+		delay := retry.Next()
+		msg := failing
+		if connected {
+			msg = lost
+		}
+		level := slog.LevelDebug
+		if connected || l.down.IsZero() {
+			level = slog.LevelWarn
+			l.down = time.Now()
+		}
+		l.log.Log(ctx, level, msg, "err", errText(err), "retry_in", delay.String())
+		if !backoff.Wait(ctx, nil, delay) {
+			return nil
+		}
+	}
+}
