@@ -581,15 +581,24 @@ func (b *bench) body(ts int64, key string) []byte {
 
 // startChild starts the row's consumer process.
 func (b *bench) startChild(ctx context.Context, br broker, d dest, k rowKind, id string, pprof bool) (*child, error) {
-	admin, err := freeAddr()
+	bin, args, admin, err := b.childCommand(br, d, k, id, pprof)
 	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(b.dir, id+".log")
+	return startChild(ctx, bin, args, nil, admin, filepath.Join(b.dir, id+".log"), k.isProxy())
+}
+
+// childCommand is the row's consumer command line (writing the proxy's
+// config) and the admin address it serves its progress on.
+func (b *bench) childCommand(_ broker, d dest, k rowKind, id string, pprof bool) (bin string, args []string, admin string, err error) {
+	admin, err = freeAddr()
+	if err != nil {
+		return "", nil, "", err
+	}
 	if !k.isProxy() {
 		self, err := os.Executable()
 		if err != nil {
-			return nil, err
+			return "", nil, "", err
 		}
 		mode := cmdBareConsumer
 		args := []string{"-listen", admin}
@@ -598,7 +607,7 @@ func (b *bench) startChild(ctx context.Context, br broker, d dest, k rowKind, id
 			args = append(args, "-app", b.app.url+"/bench")
 		}
 		args = append(append([]string{mode}, args...), d.bareArgs()...)
-		return startChild(ctx, self, args, nil, admin, logPath, false)
+		return self, args, admin, nil
 	}
 	cfg := fmt.Sprintf(`consumer: bench
 shutdown_timeout: 10s
@@ -619,13 +628,13 @@ sources:
 %s`, admin, pprof, b.app.url, b.o.workers, b.o.seenset, b.redis.addr, id, d.proxySource())
 	cfgPath := filepath.Join(b.dir, id+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, err
+		return "", nil, "", err
 	}
-	bin := b.o.proxy
+	bin = b.o.proxy
 	if k == proxyBaseline {
 		bin = b.o.baseline
 	}
-	return startChild(ctx, bin, []string{"run", "--config", cfgPath}, nil, admin, logPath, true)
+	return bin, []string{"run", "--config", cfgPath}, admin, nil
 }
 
 // profileAll runs (c) once more per measured broker with pprof on.

@@ -112,6 +112,10 @@ type options struct {
 	foHeartbeat time.Duration
 	foRebalance time.Duration
 	foLease     time.Duration
+	// -only instructions: the two backlog sizes counted, and the bound
+	// on one drain under valgrind.
+	instrSizes   [2]int
+	instrTimeout time.Duration
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -148,7 +152,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.profileFor, "profile-time", 4*time.Second, "CPU profile duration of the -profile runs")
 	fs.DurationVar(&o.timeout, "row-timeout", 90*time.Second, "give up on a row's drain after this long")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
-	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table), webhook (the webhook rows) or failover (the Kafka failover section)")
+	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table), webhook (the webhook rows), failover (the Kafka failover section) or instructions (instructions per message under callgrind)")
+	instrN := fs.String("instr-n", "1000,3000", "-only instructions: the two backlog sizes drained under callgrind; per message = the difference of the counts / the difference of the sizes")
+	fs.DurationVar(&o.instrTimeout, "instr-timeout", 10*time.Minute, "-only instructions: give up on one drain under valgrind after this long")
 	fs.IntVar(&o.whN, "webhook-n", 10000, "webhook rows: requests in the burst")
 	fs.IntVar(&o.whSenders, "webhook-senders", 32, "webhook rows: concurrent senders in the burst")
 	fs.IntVar(&o.whRate, "webhook-rate", 0, "webhook rows: the fixed rate after the burst, req/s (0: half the bare handler's req/s)")
@@ -175,8 +181,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench: -kafka-ordering partition|key, -seenset redis|memory, -max-in-flight ≥ 1, -app-delay ≥ 0")
 		return 2
 	}
-	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 || o.whRate < 0 {
-		fmt.Fprintln(stderr, "bench: -only rows|webhook|failover, -failover-rate, -webhook-n, -webhook-senders ≥ 1")
+	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" && o.only != "instructions" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 || o.whRate < 0 {
+		fmt.Fprintln(stderr, "bench: -only rows|webhook|failover|instructions, -failover-rate, -webhook-n, -webhook-senders ≥ 1")
+		return 2
+	}
+	if _, err := fmt.Sscanf(*instrN, "%d,%d", &o.instrSizes[0], &o.instrSizes[1]); err != nil || o.instrSizes[0] < 1 || o.instrSizes[1] <= o.instrSizes[0] {
+		fmt.Fprintf(stderr, "bench: -instr-n %q: want two sizes, the smaller first, e.g. 1000,3000\n", *instrN)
 		return 2
 	}
 	o.n -= o.n % 2 // (d) is exactly half duplicates
@@ -205,6 +215,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rep := &report{o: o, machine: b.machine(ctx)}
 	brokers := strings.Split(o.brokers, ",")
 	if o.only == "failover" || o.only == "webhook" {
+		brokers = nil
+	}
+	if o.only == "instructions" {
+		for _, name := range brokers {
+			br, missing := b.brokerNamed(strings.TrimSpace(name))
+			if br == nil {
+				rep.instr = append(rep.instr, &instrSection{broker: name, sizes: o.instrSizes, missing: missing})
+				continue
+			}
+			rep.instr = append(rep.instr, b.measureInstructions(ctx, br))
+		}
 		brokers = nil
 	}
 	for _, name := range brokers {

@@ -20,6 +20,7 @@ type report struct {
 	failover *failoverSection
 	webhook  *webhookSection
 	profiles []string
+	instr    []*instrSection
 }
 
 // machine describes where the numbers come from.
@@ -114,6 +115,13 @@ func (r *report) failed() bool {
 	if r.webhook != nil && r.webhook.failed() {
 		return true
 	}
+	for _, s := range r.instr {
+		for _, row := range s.rows {
+			if row.err != nil {
+				return true
+			}
+		}
+	}
 	if r.failover != nil {
 		for _, row := range r.failover.rows {
 			if row.err != nil {
@@ -140,6 +148,7 @@ func (r *report) print(w io.Writer) {
 		}
 		r.printRatios(w, s)
 	}
+	printInstructions(w, r.instr)
 	if r.webhook != nil {
 		r.webhook.print(w, r.o)
 	}

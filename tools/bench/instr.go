@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+		"time"
+)
+
+// Instructions per message (-only instructions): a figure that does not
+// move with the machine's load, for before/after comparisons that the
+// ±20% run-to-run noise of the rates would drown. Each consumer process
+// drains a fixed backlog under valgrind --tool=callgrind, which counts
+// the instructions it executed (every thread, the runtime and the
+// kernel's share excluded: syscalls count as the instructions around
+// them). Two drains of different sizes are taken and their difference
+// divided by the difference in messages, so start-up, the group join and
+// shutdown cancel out. Go's asynchronous preemption is switched off
+// (GODEBUG=asyncpreemptoff=1): callgrind aborts on the signal it uses,
+// and the cooperative scheduling that remains is what the process does
+// under load anyway.
+
+// instrRow is one consumer's count.
+type instrRow struct {
+	kind    rowKind
+	perMsg  float64 // instructions per message, from the two drains
+	totals  [2]uint64
+	elapsed [2]time.Duration
+	err     error
+}
+
+type instrSection struct {
+	broker  string
+	sizes   [2]int
+	rows    []*instrRow
+	missing string
+}
+
+// instrKinds are the rows counted: the bare forwarder and the proxy, and
+// the -baseline binary when given.
+func (b *bench) instrKinds() []rowKind {
+	out := []rowKind{bareForwarder, proxyUnique}
+	if b.o.baseline != "" {
+		out = append(out, proxyBaseline)
+	}
+	return out
+}
+
+func (b *bench) measureInstructions(ctx context.Context, br broker) *instrSection {
+	s := &instrSection{broker: br.name(), sizes: b.o.instrSizes}
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		s.missing = "not measured: valgrind is not installed (apt-get install valgrind)"
+		return s
+	}
+	for _, k := range b.instrKinds() {
+		if ctx.Err() != nil {
+			break
+		}
+		r := &instrRow{kind: k}
+		for i, n := range s.sizes {
+			r.totals[i], r.elapsed[i], r.err = b.countDrain(ctx, br, k, n, i)
+			if r.err != nil {
+				b.log.Warn("instruction count failed", "broker", br.short(), "row", k.letter(), "err", r.err)
+				break
+			}
+			b.log.Info("counted", "broker", br.short(), "row", k.letter(), "messages", n, "instructions", r.totals[i])
+		}
+		if r.err == nil {
+			r.perMsg = float64(int64(r.totals[1])-int64(r.totals[0])) / float64(s.sizes[1]-s.sizes[0])
+		}
+		s.rows = append(s.rows, r)
+	}
+	return s
+}
+
+// countDrain publishes n messages, drains them with the row's consumer
+// under callgrind, stops it and returns the instructions it executed.
+func (b *bench) countDrain(ctx context.Context, br broker, k rowKind, n, run int) (uint64, time.Duration, error) {
+	id := fmt.Sprintf("bench-%s-%s-%s-ir%d", b.runID, br.short(), k.letter(), run)
+	d, err := br.newDest(ctx, id)
+	if err != nil {
+		return 0, 0, fmt.Errorf("create queue/topic: %w", err)
+	}
+	defer d.cleanup()
+	key := func(i int) string { return id + "-" + strconv.Itoa(i) }
+	if err := d.publish(ctx, n, key, b.body); err != nil {
+		return 0, 0, fmt.Errorf("publish backlog: %w", err)
+	}
+	b.app.reset()
+	out := filepath.Join(b.dir, id+".callgrind")
+	bin, args, admin, err := b.childCommand(br, d, k, id, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	vg := append([]string{"--tool=callgrind", "--callgrind-out-file=" + out, "--", bin}, args...)
+	c, err := startChild(ctx, "valgrind", vg, []string{"GODEBUG=asyncpreemptoff=1"}, admin, filepath.Join(b.dir, id+".log"), k.isProxy())
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	deadline := start.Add(b.o.instrTimeout)
+	for b.app.count() < int64(n) {
+		if err := c.exited(); err != nil {
+			return 0, 0, err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = c.cmd.Process.Kill()
+			<-c.done
+			return 0, 0, fmt.Errorf("%d of %d messages reached the app within %s (log: %s)", b.app.count(), n, b.o.instrTimeout, c.logPath)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	// Callgrind aborts on any signal a Go program handles (SIGTERM
+	// included), so the counts are dumped while it runs (callgrind_control
+	// -d, which writes out.1) and the process is then killed.
+	dump := exec.CommandContext(ctx, "callgrind_control", "-d", strconv.Itoa(c.pid))
+	msg, derr := dump.CombinedOutput()
+	_ = c.cmd.Process.Kill()
+	<-c.done
+	if derr != nil {
+		return 0, 0, fmt.Errorf("callgrind_control -d: %v: %s", derr, msg)
+	}
+	if got := b.app.count(); got != int64(n) {
+		return 0, 0, fmt.Errorf("the app received %d requests, want %d", got, n)
+	}
+	total, err := callgrindTotal(out + ".1")
+	return total, elapsed, err
+}
+
+// callgrindTotal reads the instruction count from a callgrind output
+// file: its "summary:" line (or "totals:", which newer versions write).
+func callgrindTotal(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("callgrind output: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, p := range []string{"summary:", "totals:"} {
+			if v, ok := strings.CutPrefix(line, p); ok {
+				fields := strings.Fields(v)
+				if len(fields) == 0 {
+					continue
+				}
+				return strconv.ParseUint(fields[0], 10, 64)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("callgrind output " + path + " has no summary line")
+}
+
+func (s *instrSection) rowOf(k rowKind) *instrRow {
+	for _, r := range s.rows {
+		if r.kind == k {
+			return r
+		}
+	}
+	return nil
+}
+
+func printInstructions(w io.Writer, sections []*instrSection) {
+	if len(sections) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Instructions per message (valgrind --tool=callgrind, the consumer process, every thread):")
+	const head = "%-42s %14s %14s %14s %12s\n"
+	fmt.Fprintf(w, head, "", "instructions", "drain of", "drain of", "vs (b)")
+	fmt.Fprintf(w, head, "", "per message", fmt.Sprintf("%d msgs", sections[0].sizes[0]), fmt.Sprintf("%d msgs", sections[0].sizes[1]), "")
+	for _, s := range sections {
+		fmt.Fprintln(w, s.broker)
+		if s.missing != "" {
+			fmt.Fprintln(w, "  "+s.missing)
+			continue
+		}
+		bare := s.rowOf(bareForwarder)
+		for _, r := range s.rows {
+			name := fmt.Sprintf("  (%s) %s", r.kind.letter(), r.kind.label())
+			if r.err != nil {
+				fmt.Fprintf(w, "%-42s error: %v\n", name, r.err)
+				continue
+			}
+			ratio := ""
+			if bare != nil && bare.err == nil && bare.perMsg > 0 && r != bare {
+				ratio = fmt.Sprintf("%.2f× %+.0f", r.perMsg/bare.perMsg, r.perMsg-bare.perMsg)
+			}
+			fmt.Fprintf(w, "%-42s %14s %14s %14s %12s\n", name, thousands(r.perMsg),
+				thousands(float64(r.totals[0])), thousands(float64(r.totals[1])), ratio)
+		}
+	}
+	fmt.Fprintln(w, "  per message: (total of the larger drain − total of the smaller) / the difference in messages,")
+	fmt.Fprintln(w, "  so start-up, the group join and shutdown cancel out; the same binary and inputs give the same")
+	fmt.Fprintln(w, "  count whatever else the machine does (within about 1%: goroutine scheduling still varies).")
+	fmt.Fprintln(w, "  vs (b): the ratio to the bare forwarder and the instructions the proxy adds per message.")
+}
+
+// brokerNamed is the broker -brokers names, started if need be; nil and
+// why when it cannot be measured.
+func (b *bench) brokerNamed(name string) (broker, string) {
+	switch name {
+	case "rabbitmq":
+		if b.rabbit == nil {
+			return nil, "not measured: RabbitMQ is not set up"
+		}
+		return b.rabbit, ""
+	case "kafka":
+		if why := b.startKafka(context.Background()); why != "" {
+			return nil, why
+		}
+		return b.kafka, ""
+	}
+	return nil, fmt.Sprintf("not measured: unknown broker %q", name)
+}
