@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-		"time"
+	"time"
 )
 
 // Instructions per message (-only instructions): a figure that does not
