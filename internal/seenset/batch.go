@@ -12,13 +12,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher sends script calls from many goroutines to Redis in pipelines:
-// while one batch is on the wire, the calls that arrive meanwhile queue up
-// and go out together in the next, so under load a claim or commit costs a
-// fraction of a round trip and one write syscall is shared by many
-// messages. Each call is still its own atomic script on its own key, so
-// batching changes no outcome; an idle proxy sends batches of one with no
-// added delay.
+// batcher coalesces the store calls of every message into pipelines,
+// one in flight at a time: while a pipeline is on the wire, the claims,
+// renewals and commits that other messages want queue up, and all of
+// them go out together in the next. Under load one round trip then
+// serves many messages, which is what a message's store work costs most
+// (a write and a read syscall on each side, and Redis's event loop),
+// not the commands themselves. An idle proxy sends a call at once, in a
+// pipeline of one, so nothing waits when the load is low. Each call is
+// still its own command or script on its own key, so coalescing changes
+// no outcome.
+//
+// On a Cluster the client splits a pipeline by node and runs the parts
+// side by side, so each node has one pipeline of this proxy's in flight.
 type batcher struct {
 	c       redis.UniversalClient
 	calls   chan *call
@@ -49,22 +55,21 @@ type call struct {
 	done   chan struct{}
 }
 
-// Pipelines in flight at once: enough to keep Redis busy while a batch
-// is being written or answered, few enough that batches still fill.
+// maxBatch bounds one pipeline; more waiting calls go in the next. The
+// queue holds a few pipelines' worth, so a burst of batch claims
+// (ClaimMany of many partitions) waits in it rather than in a send.
 const (
-	batchLoops = 4
-	maxBatch   = 128
+	maxBatch = 256
+	queueLen = 4 * maxBatch
 )
 
 var errClosed = errors.New("store closed")
 
 func newBatcher(c redis.UniversalClient, timeout time.Duration, waitReplicas int, waitTimeout time.Duration) *batcher {
-	b := &batcher{c: c, calls: make(chan *call, maxBatch*batchLoops), stop: make(chan struct{}), timeout: timeout,
+	b := &batcher{c: c, calls: make(chan *call, queueLen), stop: make(chan struct{}), timeout: timeout,
 		waitReplicas: waitReplicas, waitTimeout: waitTimeout}
-	b.wg.Add(batchLoops)
-	for range batchLoops {
-		go b.loop()
-	}
+	b.wg.Add(1)
+	go b.loop()
 	return b
 }
 
@@ -90,6 +95,49 @@ func (b *batcher) doCmd(ctx context.Context, cmd ...any) (val string, absent boo
 		return "", false, err
 	}
 	return c.val, c.absent, nil
+}
+
+// doMany runs every call in the coalesced pipelines and returns when
+// each has its answer or the calls' context ended: the calls of one
+// batch claim or commit usually share one round trip with each other and
+// with whatever else is waiting. gone[i] set means call i has no answer
+// to read (it may still run, so its fields are not the caller's) and
+// gone[i] is why.
+func (b *batcher) doMany(ctx context.Context, calls []*call) (gone []error) {
+	gone = make([]error, len(calls))
+	queued := len(calls)
+	for i, c := range calls {
+		c.ctx, c.done = ctx, make(chan struct{})
+		select {
+		case b.calls <- c:
+			continue
+		case <-ctx.Done():
+			gone[i] = ctx.Err()
+		case <-b.stop:
+			gone[i] = errClosed
+		}
+		for j := i + 1; j < len(calls); j++ {
+			gone[j] = gone[i]
+		}
+		queued = i
+		break
+	}
+	for i, c := range calls[:queued] {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			// Like a lost reply, as in wait.
+			for j := i; j < queued; j++ {
+				select {
+				case <-calls[j].done:
+				default:
+					gone[j] = ctx.Err()
+				}
+			}
+			return gone
+		}
+	}
+	return gone
 }
 
 func (b *batcher) wait(c *call) error {
@@ -214,13 +262,8 @@ func (c *call) setReply(cmd *redis.Cmd) {
 	c.val, c.err = v, err
 }
 
-// finish wakes the caller waiting in do; a batch call (ClaimMany) has no
-// one waiting, its caller reads the result after exec returns.
-func (c *call) finish() {
-	if c.done != nil {
-		close(c.done)
-	}
-}
+// finish wakes the caller waiting in wait or doMany.
+func (c *call) finish() { close(c.done) }
 
 func isNoScript(err error) bool {
 	return strings.HasPrefix(err.Error(), "NOSCRIPT")

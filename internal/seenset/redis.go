@@ -411,14 +411,20 @@ func (r *Redis) runMany(ctx context.Context, s *redis.Script, cmd func(key, toke
 		}
 		live = append(live, calls[i])
 	}
-	r.batch.exec(live)
+	gone := r.batch.doMany(ctx, live)
+	j := 0
 	for i, c := range calls {
 		if c == nil {
 			continue
 		}
-		out[i].n, out[i].val, out[i].absent = c.n, c.val, c.absent
-		if c.err != nil {
-			out[i].err = unavailable(ctx, c.err)
+		err := gone[j]
+		j++
+		if err == nil {
+			out[i].n, out[i].val, out[i].absent = c.n, c.val, c.absent
+			err = c.err
+		}
+		if err != nil {
+			out[i].err = unavailable(ctx, err)
 		}
 	}
 	return out
