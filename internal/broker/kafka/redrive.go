@@ -301,12 +301,16 @@ func (r *Redriver) committed(ctx context.Context, cl *kgo.Client, group, topic s
 	if err != nil {
 		return nil, fmt.Errorf("read the offsets of group %s: %w", group, err)
 	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return nil, fmt.Errorf("read the offsets of group %s: %w", group, err)
-	}
 	out := map[int32]int64{}
 	for p := range n {
 		out[p] = -1
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			// The first redrive: nothing committed yet.
+			return out, nil
+		}
+		return nil, fmt.Errorf("read the offsets of group %s: %w", group, err)
 	}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
