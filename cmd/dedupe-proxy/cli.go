@@ -131,6 +131,7 @@ func newRoot() *cobra.Command {
 			return runDoctor(cfg, c.OutOrStdout())
 		}),
 		keysCommand(),
+		redriveCommand(),
 		webhookCommand(),
 		injectCommand(),
 		versionCommand(),

@@ -60,7 +60,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			}
 		}
 	})
-	if n < 13 { // 9 commands, config print, keys status, forget and list, webhook send
+	if n < 14 { // 10 commands, config print, keys status, forget and list, webhook send
 		t.Errorf("visited %d commands", n)
 	}
 	if code, out, _ := cli("help", "help"); code != 0 || !strings.HasPrefix(out, "Usage: dedupe-proxy help [COMMAND]") {
@@ -101,12 +101,15 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 		{[]string{"keys", "list", "k", "--config", cfg}, "keys list: takes no KEY, got 1 argument(s) (choose keys with --prefix)", "Usage: dedupe-proxy keys list --config FILE [--space NAME] [--state inflight|done] [--prefix P] [--limit N]"},
 		{[]string{"keys", "status", "a", "b", "--config", cfg}, "keys status: want one KEY, got 2 argument(s) (a key that starts with '-' goes after --)", "Usage: dedupe-proxy keys status KEY --config FILE [--space NAME]"},
 		{[]string{"config"}, "config: want `config print`", "Usage: dedupe-proxy config print --config FILE"},
+		{[]string{"redrive", "--config", cfg}, "redrive: --source NAME is required", "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
+		{[]string{"redrive", "--config", cfg, "--source", "orders", "--limit", "-1"}, "redrive: --limit must be 0 (all) or more, got -1", "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
+		{[]string{"redrive", "orders", "--config", cfg}, `redrive: unexpected argument "orders"`, "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
 		{[]string{"config", "print", "x", "--config", cfg}, `config print: unexpected argument "x"`, "Usage: dedupe-proxy config print --config FILE"},
 		{[]string{"inject", "extra"}, `inject: unexpected argument "extra" (use -f FILE)`, "Usage: dedupe-proxy inject [-f FILE|-] [--image IMAGE] [-q]"},
 		{[]string{"version", "-o", "yaml"}, `version: -o must be text or json, got "yaml"`, "Usage: dedupe-proxy version [-o text|json]"},
 		{[]string{"completion", "powershell"}, `completion: want one shell, bash, zsh or fish, got "powershell"`, "Usage: dedupe-proxy completion bash|zsh|fish"},
-		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, run, validate, version, webhook)`, "Usage: dedupe-proxy help [COMMAND]"},
-		{[]string{"frobnicate", "--config", cfg}, `dedupe-proxy: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, run, validate, version, webhook)`, "Run 'dedupe-proxy help' for the commands."},
+		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, redrive, run, validate, version, webhook)`, "Usage: dedupe-proxy help [COMMAND]"},
+		{[]string{"frobnicate", "--config", cfg}, `dedupe-proxy: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, redrive, run, validate, version, webhook)`, "Run 'dedupe-proxy help' for the commands."},
 	} {
 		code, out, errOut := cli(c.args...)
 		lines := strings.Split(errOut, "\n")
@@ -193,7 +196,7 @@ func TestCompletionAnswers(t *testing.T) {
 		line []string
 		want []string
 	}{
-		{[]string{""}, []string{"completion", "config", "doctor", "help", "inject", "keys", "run", "validate", "version", "webhook"}},
+		{[]string{""}, []string{"completion", "config", "doctor", "help", "inject", "keys", "redrive", "run", "validate", "version", "webhook"}},
 		{[]string{"val"}, []string{"validate"}},
 		{[]string{"keys", ""}, []string{"forget", "list", "status"}},
 		{[]string{"config", ""}, []string{"print"}},
@@ -202,6 +205,7 @@ func TestCompletionAnswers(t *testing.T) {
 		{[]string{"completion", ""}, []string{"bash", "zsh", "fish"}},
 		{[]string{"version", "-o", ""}, []string{"json", "text"}},
 		{[]string{"help", "d"}, []string{"doctor"}},
+		{[]string{"redrive", "--config", "testdata/redrive-sources.yaml", "--source", ""}, []string{"orders", "events"}},
 	} {
 		code, out, _ := cli(append([]string{cobra.ShellCompNoDescRequestCmd}, c.line...)...)
 		var got []string

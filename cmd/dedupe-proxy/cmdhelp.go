@@ -19,6 +19,10 @@ Usage:
                                         needed when the config has several)
   dedupe-proxy keys list --config FILE [--state inflight|done] [--prefix P] [--limit N]
                                         list a space's keys, paged with SCAN
+  dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]
+                                        move a source's dead letters back to its queue or topic
+                                        once the bug is fixed (keys kept; --forget-keys to
+                                        process those that succeeded before again)
   dedupe-proxy webhook send --profile P --secret S --url URL
                                         post one correctly signed test event to a webhook source
   dedupe-proxy inject [-f FILE|-] [--image IMAGE]

@@ -201,6 +201,11 @@ type RabbitDeadLetter struct {
 	Mode       string `mapstructure:"mode"`
 	Exchange   string `mapstructure:"exchange"`
 	RoutingKey string `mapstructure:"routing_key"`
+	// Queue is the queue the dead letters end up in, which `redrive`
+	// reads: AMQP cannot tell which queue a dead-letter exchange routes
+	// to. Empty in mode publish through the default exchange means the
+	// queue routing_key names.
+	Queue string `mapstructure:"queue"`
 }
 
 // Kafka is a consumer-group member.

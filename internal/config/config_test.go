@@ -191,6 +191,13 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 		{"sources[0].rabbitmq.dead_letter.mode", func(c *Config) { c.Sources[0].RabbitMQ.DeadLetter.Mode = "drop" }},
 		{"sources[0].rabbitmq.dead_letter", func(c *Config) { c.Sources[0].RabbitMQ.DeadLetter.Mode = "publish" }},
 		{"sources[0].on_missing_key", func(c *Config) { c.Sources[0].OnMissingKey = "dead_letter" }},
+		{"sources[0].rabbitmq.dead_letter.queue", func(c *Config) { c.Sources[0].RabbitMQ.DeadLetter.Queue = "orders.dead" }},
+		{"sources[0].rabbitmq.dead_letter.queue", func(c *Config) {
+			c.Sources[0].RabbitMQ.DeadLetter = RabbitDeadLetter{Mode: "dlx", Queue: c.Sources[0].RabbitMQ.Queue}
+		}},
+		{"sources[0].rabbitmq.dead_letter.queue", func(c *Config) {
+			c.Sources[0].RabbitMQ.DeadLetter = RabbitDeadLetter{Mode: "publish", RoutingKey: "orders.dead", Queue: "other.dead"}
+		}},
 		{"sources[0].max_redelivery_delay", func(c *Config) { c.Sources[0].MaxRedeliveryDelay = -time.Second }},
 		{"sources[1].kafka.brokers", func(c *Config) { c.Sources[1].Kafka.Brokers = nil }},
 		{"sources[1].kafka.group", func(c *Config) { c.Sources[1].Kafka.Group = "" }},

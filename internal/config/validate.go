@@ -232,6 +232,16 @@ func (s *Source) validate(at string, p *problems) {
 		if r.DeadLetter.Mode == "publish" && r.DeadLetter.Exchange == "" && r.DeadLetter.RoutingKey == "" {
 			p.add(at+".dead_letter", "mode publish needs an exchange or a routing_key (the default exchange routes by queue name)")
 		}
+		if q := r.DeadLetter.Queue; q != "" {
+			switch {
+			case r.DeadLetter.Mode == "none":
+				p.add(at+".dead_letter.queue", "only with mode dlx or publish (mode none dead-letters nothing)")
+			case q == r.Queue:
+				p.add(at+".dead_letter.queue", "must not be the consumed queue, got %q", q)
+			case r.DeadLetter.Mode == "publish" && r.DeadLetter.Exchange == "" && q != r.DeadLetter.RoutingKey:
+				p.add(at+".dead_letter.queue", "the default exchange routes dead letters to routing_key %q, got %q", r.DeadLetter.RoutingKey, q)
+			}
+		}
 		if s.OnMissingKey == "dead_letter" && r.DeadLetter.Mode == "none" {
 			p.add(strings.TrimSuffix(at, ".rabbitmq")+".on_missing_key", "dead_letter needs %s.dead_letter.mode dlx or publish", at)
 		}

@@ -223,22 +223,9 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 	switch sc.Type {
 	case "rabbitmq":
-		r := sc.RabbitMQ
-		return rabbitmq.New(rabbitmq.Options{
-			Name:                 sc.Name,
-			URL:                  r.URL,
-			Queue:                r.Queue,
-			Prefetch:             r.Prefetch,
-			Workers:              r.Workers,
-			ConsumerTag:          r.ConsumerTag,
-			ReconnectInitial:     r.ReconnectInitial,
-			ReconnectMax:         r.ReconnectMax,
-			DeadLetterMode:       r.DeadLetter.Mode,
-			DeadLetterExchange:   r.DeadLetter.Exchange,
-			DeadLetterRoutingKey: r.DeadLetter.RoutingKey,
-			Logger:               d.log,
-			Metrics:              d.metrics.ForSource(sc.Name),
-		}), nil
+		o := rabbitOptions(sc)
+		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
+		return rabbitmq.New(o), nil
 	case "redis":
 		r := sc.Redis
 		o := sc.RedisOptions(d.cfg.Consumer)
@@ -251,33 +238,59 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 		}
 		return redisq.New(o)
 	case "kafka":
-		k := sc.Kafka
-		return kafkasrc.New(kafkasrc.Options{
-			Name:              sc.Name,
-			Brokers:           k.Brokers,
-			Topics:            k.Topics,
-			Group:             k.Group,
-			GroupInstanceID:   k.GroupInstanceID,
-			Balancers:         k.Balancers,
-			StartOffset:       k.StartOffset,
-			IsolationLevel:    k.IsolationLevel,
-			Ordering:          k.Ordering,
-			MaxInFlight:       k.MaxInFlight,
-			BatchSize:         k.BatchSize,
-			CommitInterval:    k.CommitInterval,
-			CommitEvery:       k.CommitEvery,
-			SessionTimeout:    k.SessionTimeout,
-			HeartbeatInterval: k.HeartbeatInterval,
-			RebalanceTimeout:  k.RebalanceTimeout,
-			DeadLetterTopic:   k.DeadLetterTopic,
-			SASL:              kafkasrc.SASL{Mechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password},
-			TLS: kafkasrc.TLS{Enabled: k.TLS.Enabled, CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile,
-				KeyFile: k.TLS.KeyFile, InsecureSkipVerify: k.TLS.InsecureSkipVerify},
-			Logger:  d.log,
-			Metrics: d.metrics.ForSource(sc.Name),
-		})
+		o := kafkaOptions(sc)
+		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
+		return kafkasrc.New(o)
 	}
 	return nil, fmt.Errorf("unknown source type %q", sc.Type)
+}
+
+// rabbitOptions are a RabbitMQ source's options from its config, for
+// consuming it and for redriving its dead letters.
+func rabbitOptions(sc config.Source) rabbitmq.Options {
+	r := sc.RabbitMQ
+	return rabbitmq.Options{
+		Name:                 sc.Name,
+		URL:                  r.URL,
+		Queue:                r.Queue,
+		Prefetch:             r.Prefetch,
+		Workers:              r.Workers,
+		ConsumerTag:          r.ConsumerTag,
+		ReconnectInitial:     r.ReconnectInitial,
+		ReconnectMax:         r.ReconnectMax,
+		DeadLetterMode:       r.DeadLetter.Mode,
+		DeadLetterExchange:   r.DeadLetter.Exchange,
+		DeadLetterRoutingKey: r.DeadLetter.RoutingKey,
+		DeadLetterQueue:      r.DeadLetter.Queue,
+	}
+}
+
+// kafkaOptions are a Kafka source's options from its config, for
+// consuming it and for redriving its dead letters.
+func kafkaOptions(sc config.Source) kafkasrc.Options {
+	k := sc.Kafka
+	return kafkasrc.Options{
+		Name:              sc.Name,
+		Brokers:           k.Brokers,
+		Topics:            k.Topics,
+		Group:             k.Group,
+		GroupInstanceID:   k.GroupInstanceID,
+		Balancers:         k.Balancers,
+		StartOffset:       k.StartOffset,
+		IsolationLevel:    k.IsolationLevel,
+		Ordering:          k.Ordering,
+		MaxInFlight:       k.MaxInFlight,
+		BatchSize:         k.BatchSize,
+		CommitInterval:    k.CommitInterval,
+		CommitEvery:       k.CommitEvery,
+		SessionTimeout:    k.SessionTimeout,
+		HeartbeatInterval: k.HeartbeatInterval,
+		RebalanceTimeout:  k.RebalanceTimeout,
+		DeadLetterTopic:   k.DeadLetterTopic,
+		SASL:              kafkasrc.SASL{Mechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password},
+		TLS: kafkasrc.TLS{Enabled: k.TLS.Enabled, CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile,
+			KeyFile: k.TLS.KeyFile, InsecureSkipVerify: k.TLS.InsecureSkipVerify},
+	}
 }
 
 // NewStore builds the configured seen-set backend.

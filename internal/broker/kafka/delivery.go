@@ -33,18 +33,7 @@ type delivery struct {
 }
 
 func (p *partition) newDelivery(r *kgo.Record, lost <-chan struct{}, redelivered bool) *delivery {
-	var headers map[string]string
-	contentType := ""
-	if len(r.Headers) > 0 {
-		headers = make(map[string]string, len(r.Headers))
-		// A repeated header: the last one wins, as in Java's lastHeader.
-		for _, h := range r.Headers {
-			headers[h.Key] = string(h.Value)
-			if strings.EqualFold(h.Key, "content-type") {
-				contentType = string(h.Value)
-			}
-		}
-	}
+	headers, contentType := recordHeaders(r.Headers)
 	return &delivery{
 		p:    p,
 		r:    r,
@@ -125,6 +114,24 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 	return nil
 }
 
+// recordHeaders are a record's headers as a message's, and its content
+// type.
+func recordHeaders(hs []kgo.RecordHeader) (headers map[string]string, contentType string) {
+	if len(hs) == 0 {
+		return nil, ""
+	}
+	headers = make(map[string]string, len(hs))
+	// A repeated header: the last one wins, as in Java's lastHeader.
+	for _, h := range hs {
+		headers[h.Key] = string(h.Value)
+		if strings.EqualFold(h.Key, "content-type") {
+			contentType = string(h.Value)
+		}
+	}
+	return headers, contentType
+}
+
+// ownHeaders are the headers a dead letter gets here, lower-cased.
 var ownHeaders = map[string]bool{
 	broker.HeaderReason:         true,
 	broker.HeaderLastStatus:     true,

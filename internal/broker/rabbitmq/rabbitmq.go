@@ -46,7 +46,11 @@ type Options struct {
 	DeadLetterMode       string
 	DeadLetterExchange   string
 	DeadLetterRoutingKey string
-	Logger               *slog.Logger
+	// DeadLetterQueue is the queue the dead letters end up in, which
+	// Redriver reads; "" with mode publish through the default exchange
+	// means the queue named by the routing key.
+	DeadLetterQueue string
+	Logger          *slog.Logger
 	// Metrics is the source's handle; nil: none.
 	Metrics *metrics.SourceMetrics
 }

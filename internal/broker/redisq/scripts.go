@@ -61,3 +61,17 @@ var reserveScript = redis.NewScript(`
 local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'LEFT')
 if not v then return false end
 return {v, redis.call('HEXISTS', KEYS[3], redis.sha1hex(v))}`)
+
+// redrive moves the oldest dead letter back to the tail of the queue,
+// as a producer's RPUSH, in one step, when it is still ARGV[1] (the one
+// the caller looked at and reported), and removes its reason record
+// unless an identical element is still dead. KEYS dead list, queue,
+// reasons. 1 moved, 0 the head is another element now.
+var redriveScript = redis.NewScript(`
+if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
+redis.call('LPOP', KEYS[1])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then
+  redis.call('HDEL', KEYS[3], redis.sha1hex(ARGV[1]))
+end
+return 1`)

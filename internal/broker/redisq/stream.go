@@ -416,10 +416,18 @@ func (s *StreamSource) deadLetterExhausted(ctx context.Context, ss *session, e e
 }
 
 func (s *StreamSource) delivery(ss *session, e entry) *streamDelivery {
-	m := broker.Message{Source: s.o.Name, Kind: Kind, Queue: s.o.Stream, Redelivered: e.count > 1, Received: time.Now()}
-	for k, v := range e.fields {
+	m := streamMessage(s.o, e.fields)
+	m.Redelivered, m.Received = e.count > 1, time.Now()
+	return &streamDelivery{s: s, ss: ss, e: e, msg: m}
+}
+
+// streamMessage is the message of an entry with fields: the body field
+// is the body, the others are headers.
+func streamMessage(o Options, fields map[string]any) broker.Message {
+	m := broker.Message{Source: o.Name, Kind: Kind, Queue: o.Stream}
+	for k, v := range fields {
 		sv := fmt.Sprint(v)
-		if k == s.o.BodyField {
+		if k == o.BodyField {
 			m.Body = []byte(sv)
 			continue
 		}
@@ -434,7 +442,7 @@ func (s *StreamSource) delivery(ss *session, e entry) *streamDelivery {
 			m.MessageID = sv
 		}
 	}
-	return &streamDelivery{s: s, ss: ss, e: e, msg: m}
+	return m
 }
 
 type streamDelivery struct {
