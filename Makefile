@@ -73,7 +73,7 @@ check: ## Everything CI runs: gofmt, vet, lint, tests, the claim model, the embe
 	after=$$(git status --porcelain); \
 	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 
-chaos: ## Fault suite: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~4 min)
+chaos: ## Fault suite on RabbitMQ, Kafka and Redis list and stream: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~8 min)
 	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./tools/chaos/
 
 redis-failover: ## Redis Cluster and Sentinel failover under load, with and without wait_replicas; prints a table (~2-3 min)
