@@ -73,7 +73,7 @@ check: ## Everything CI runs: gofmt, vet, lint, tests, the claim model, the embe
 	after=$$(git status --porcelain); \
 	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 
-chaos: ## Fault suite: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~4 min)
+chaos: ## Fault suite on RabbitMQ, Kafka and Redis list and stream: SIGKILLs, Redis restarts, broker cuts; prints lost/double-effect table (~8 min)
 	go test -tags chaos -count=1 -timeout 20m -v -run TestChaos ./tools/chaos/
 
 redis-failover: ## Redis Cluster and Sentinel failover under load, with and without wait_replicas; prints a table (~2-3 min)
@@ -104,6 +104,6 @@ chart-check: ## Helm chart: lint, render, strict decode into the Kubernetes type
 .PHONY: bench
 # Extra flags for tools/bench, e.g. BENCH_FLAGS='-n 100000 -profile bin/profiles'.
 BENCH_FLAGS ?=
-bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on RabbitMQ and kfake, webhook rows, then Kafka failover (~5-6 min)
+bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on RabbitMQ, kfake and Redis (list and stream), webhook rows, then Kafka failover (~7-8 min)
 	go build -o bin/bench ./tools/bench
 	bin/bench -proxy $(BIN) $(BENCH_FLAGS)

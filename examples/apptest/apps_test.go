@@ -62,14 +62,4 @@ func TestPythonApp(t *testing.T) {
 // pythonWithPsycopg2 is APPTEST_PYTHON, else Debian's /usr/bin/python3
 // (where apt-get installs python3-psycopg2), else python3 on PATH — the
 // first that imports psycopg2.
-func pythonWithPsycopg2() string {
-	for _, p := range []string{os.Getenv("APPTEST_PYTHON"), "/usr/bin/python3", "python3"} {
-		if p == "" {
-			continue
-		}
-		if exec.Command(p, "-c", "import psycopg2").Run() == nil {
-			return p
-		}
-	}
-	return ""
-}
+func pythonWithPsycopg2() string { return testutil.PythonWith("APPTEST_PYTHON", "psycopg2") }

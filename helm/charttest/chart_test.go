@@ -293,7 +293,7 @@ func checkPod(t *testing.T, d *appsv1.Deployment, objs *Objects, cfg proxyConfig
 }
 
 func isSecretField(env string) bool {
-	for _, s := range []string{"_PASSWORD", "_RABBITMQ_URL", "_ADMIN_TOKEN", "_APP_URL", "_APP_HEALTH_URL"} {
+	for _, s := range []string{"_PASSWORD", "_RABBITMQ_URL", "_REDIS_URL", "_ADMIN_TOKEN", "_APP_URL", "_APP_HEALTH_URL"} {
 		if strings.HasSuffix(env, s) {
 			return true
 		}
@@ -440,6 +440,8 @@ func TestRenderFailures(t *testing.T) {
 		{[]string{"--set", "config.app.health_url=http://svc:s3cret@127.0.0.1:8080/healthz"}, "credentials.appHealthUrl, which sets DEDUPE_PROXY_APP_HEALTH_URL"},
 		{[]string{"--set", "credentials.sources.order.rabbitmqUrl.secretName=s", "--set", "credentials.sources.order.rabbitmqUrl.key=url"}, "no source named order"},
 		{[]string{"--set", "credentials.sources.orders.kafkaSaslPassword.secretName=s", "--set", "credentials.sources.orders.kafkaSaslPassword.key=p"}, "source orders has type rabbitmq"},
+		{[]string{"--set", "credentials.sources.orders.redisPassword.secretName=s", "--set", "credentials.sources.orders.redisPassword.key=p"}, "credentials.sources.orders.redisPassword: source orders has type rabbitmq"},
+		{[]string{"--set", "credentials.sources.orders.redisPasword.secretName=s", "--set", "credentials.sources.orders.redisPasword.key=p"}, "additional properties 'redisPasword' not allowed"},
 		{[]string{"--set", "proxy.nativeSidecar=true", "--kube-version", "1.28.0"}, "needs Kubernetes 1.29"},
 		{[]string{"--set", "mode=sidecar"}, "/mode"},
 		{[]string{"--set", "enableServiceLinks=false"}, "additional properties 'enableServiceLinks' not allowed"},
@@ -723,5 +725,70 @@ func TestSentinelCredentials(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("proxy env lacks %v", slices.Sorted(maps.Keys(want)))
+	}
+}
+
+// TestRedisSourceCredentials: a type redis source's password, ACL user
+// and URL come from the named Secrets as the variables of that source's
+// index, the way the seen-set's do; one written into the config (a
+// ConfigMap) is refused.
+func TestRedisSourceCredentials(t *testing.T) {
+	values := filepath.Join(chartDir, "ci", "redis-source-values.yaml")
+	objs := render(t, values)
+	proxy, _, err := Proxy(objs.Deployments[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{
+		"DEDUPE_PROXY_SEENSET_REDIS_PASSWORD":   {"redis-seenset", "password"},
+		"DEDUPE_PROXY_SOURCES_0_REDIS_USERNAME": {"redis-broker-payments", "username"},
+		"DEDUPE_PROXY_SOURCES_0_REDIS_PASSWORD": {"redis-broker-payments", "password"},
+		"DEDUPE_PROXY_SOURCES_1_REDIS_URL":      {"redis-broker-orders", "url"},
+	}
+	for _, e := range proxy.Env {
+		if strings.HasPrefix(e.Name, "DEDUPE_PROXY_SOURCES_") && e.ValueFrom == nil {
+			t.Errorf("%s is set from the values, not from a Secret", e.Name)
+		}
+		w, ok := want[e.Name]
+		if !ok {
+			continue
+		}
+		if r := e.ValueFrom; r == nil || r.SecretKeyRef == nil || r.SecretKeyRef.Name != w[0] || r.SecretKeyRef.Key != w[1] {
+			t.Errorf("%s = %+v, want Secret %s key %s", e.Name, e.ValueFrom, w[0], w[1])
+		}
+		delete(want, e.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("proxy env lacks %v", slices.Sorted(maps.Keys(want)))
+	}
+	cfg, err := objs.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"password", "rediss://", "redis://"} {
+		if strings.Contains(cfg, s) {
+			t.Errorf("config.yaml (a ConfigMap) contains %q:\n%s", s, cfg)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "config.sources[0].redis.password=s3cret"},
+			"config.sources[0].redis.password: the config is a ConfigMap; put the password in a Secret and name it in credentials.sources.payments.redisPassword"},
+		{[]string{"--set", "config.sources[1].redis.url=redis://:s3cret@redis-broker:6379/0"},
+			"config.sources[1].redis.url holds a password; put the URL in a Secret and name it in credentials.sources.orders.redisUrl"},
+		{[]string{"--set", "config.sources[1].redis.url=REDISS://app:s3cret@redis-broker:6379"}, "credentials.sources.orders.redisUrl"},
+		{[]string{"--set", "credentials.sources.payments.rabbitmqUrl.secretName=s", "--set", "credentials.sources.payments.rabbitmqUrl.key=url"},
+			"credentials.sources.payments.rabbitmqUrl: source payments has type redis"},
+	} {
+		_, err := Template(chartDir, "ci", values, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	// A URL without a password stays in the config.
+	if _, err := Template(chartDir, "ci", values, "--set", "config.sources[1].redis.url=rediss://redis-broker:6379/0"); err != nil {
+		t.Errorf("a redis URL without a password: %v", err)
 	}
 }

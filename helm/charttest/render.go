@@ -307,6 +307,8 @@ func placeholder(name string) string {
 	switch {
 	case strings.HasSuffix(name, "_RABBITMQ_URL"):
 		return "amqp://user:placeholder@rabbitmq:5672/"
+	case strings.HasSuffix(name, "_REDIS_URL"):
+		return "redis://user:placeholder@redis:6379/0"
 	case strings.HasSuffix(name, "_ADDRS"), strings.HasSuffix(name, "_BROKERS"):
 		return "placeholder:1234"
 	case strings.HasSuffix(name, "_URL"):

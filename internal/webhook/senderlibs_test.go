@@ -3,8 +3,6 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -22,60 +20,7 @@ import (
 // (never into the repository): the path holding node_modules.
 func jsDir(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed: the test that signs with Svix's and Standard Webhooks' own libraries needs node and npm (CI installs them)")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Fatal("node is installed but npm is not: npm installs the signing libraries")
-	}
-	pkg, err := os.ReadFile(filepath.Join("testdata", "js", "package.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.ReadFile(filepath.Join("testdata", "js", "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(append(append([]byte{}, pkg...), lock...))
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	parent := filepath.Join(cache, "dedupe-proxy-test", "webhook-js")
-	dir := filepath.Join(parent, hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil {
-		return dir
-	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Installed beside the final place and renamed into it, so a run that
-	// dies halfway leaves nothing that looks installed.
-	tmp, err := os.MkdirTemp(parent, "install-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	for name, b := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
-		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error")
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", tmp, err, out)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, statErr := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); statErr != nil {
-			t.Fatalf("install the signing libraries: %v", err)
-		}
-		// Another run installed it first.
-	}
-	return dir
+	return tu.NodeModules(t, filepath.Join("testdata", "js"), "webhook-js", "the test that signs with Svix's and Standard Webhooks' own libraries")
 }
 
 // runListener runs a Listener for h on a free loopback port until the

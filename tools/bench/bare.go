@@ -39,6 +39,10 @@ type bareOptions struct {
 	group    string
 	every    int
 	interval time.Duration
+	// redisAddr and redisMode: the Redis rows' server and list|stream
+	// (queue is the list or stream, group the stream's group).
+	redisAddr string
+	redisMode string
 }
 
 // bareStatus is what a bare child's /stats answers.
@@ -141,14 +145,16 @@ func runBare(mode string, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "stats address")
 	fs.StringVar(&o.app, "app", "", "app URL (bare-forwarder)")
-	fs.StringVar(&o.broker, "broker", "rabbitmq", "rabbitmq or kafka")
+	fs.StringVar(&o.broker, "broker", "rabbitmq", "rabbitmq, kafka or redis")
 	fs.StringVar(&o.amqpURL, "amqp", "", "RabbitMQ URL")
-	fs.StringVar(&o.queue, "queue", "", "RabbitMQ queue")
+	fs.StringVar(&o.queue, "queue", "", "RabbitMQ queue, Redis list or stream")
 	fs.IntVar(&o.prefetch, "prefetch", 100, "RabbitMQ prefetch")
-	fs.IntVar(&o.workers, "workers", 32, "RabbitMQ workers")
+	fs.IntVar(&o.workers, "workers", 32, "RabbitMQ and Redis workers")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka broker host:port")
 	fs.StringVar(&o.topic, "topic", "", "Kafka topic")
-	fs.StringVar(&o.group, "group", "", "Kafka consumer group")
+	fs.StringVar(&o.group, "group", "", "Kafka or Redis stream consumer group")
+	fs.StringVar(&o.redisAddr, "redis", "", "Redis host:port")
+	fs.StringVar(&o.redisMode, "redis-mode", "list", "Redis: list or stream")
 	fs.IntVar(&o.every, "commit-every", 500, "Kafka: commit once a partition finished this many")
 	fs.DurationVar(&o.interval, "commit-interval", time.Second, "Kafka: commit at least this often")
 	if err := fs.Parse(args); err != nil {
@@ -180,6 +186,8 @@ func runBare(mode string, args []string, stderr io.Writer) int {
 		err = bareRabbit(ctx, o, st, fwd)
 	case "kafka":
 		err = bareKafka(ctx, o, st, fwd)
+	case "redis":
+		err = bareRedis(ctx, o, st, fwd)
 	default:
 		err = fmt.Errorf("unknown broker %q", o.broker)
 	}

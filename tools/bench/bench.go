@@ -200,6 +200,10 @@ type bench struct {
 	app    *app
 	rabbit *rabbitBroker
 	kafka  *kafkaBroker
+	// brokerRedis is the Redis rows' broker server; redisList and
+	// redisStream are its two modes.
+	brokerRedis            *redisServer
+	redisList, redisStream *redisBroker
 	// measured are the brokers whose rows ran, for the profiling runs.
 	measured []broker
 	// keepDir keeps the configs and child logs for a failed run.
@@ -235,6 +239,13 @@ func newBench(ctx context.Context, o options, stderr io.Writer) (*bench, error) 
 			return nil, err
 		}
 	}
+	if slices.Contains(strings.Split(o.brokers, ","), "redis") {
+		if b.brokerRedis, err = startBrokerRedis(ctx, o, dir); err != nil {
+			b.close()
+			return nil, fmt.Errorf("broker Redis: %w", err)
+		}
+		b.redisList, b.redisStream = newRedisBroker(o, b.brokerRedis, "list"), newRedisBroker(o, b.brokerRedis, "stream")
+	}
 	b.log.Info("bench ready", "run", b.runID, "redis", b.redis.addr, "app", b.app.url, "dir", dir)
 	return b, nil
 }
@@ -245,6 +256,11 @@ func (b *bench) close() {
 	}
 	if b.kafka != nil {
 		b.kafka.close()
+	}
+	if b.brokerRedis != nil {
+		b.redisList.close()
+		b.redisStream.close()
+		b.brokerRedis.stop()
 	}
 	if b.app != nil {
 		b.app.close()

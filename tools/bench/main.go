@@ -3,9 +3,11 @@
 // prints one table (make bench). It is a development tool, not part of the
 // product: nothing here ships in the dedupe-proxy binary or image.
 //
-// Per broker (the local RabbitMQ, and an in-process kfake Kafka with six
-// partitions) it runs these rows, each on its own fresh queue or topic,
-// consumer group and Redis prefix:
+// Per broker (the local RabbitMQ, an in-process kfake Kafka with six
+// partitions, and a type: redis source in mode list and in mode stream
+// on a second private redis-server, redisbroker.go) it runs these rows,
+// each on its own fresh queue, topic, list or stream, consumer group and
+// Redis prefix:
 //
 //	(a) bare consumer   consume + ack, no forward: the broker's limit
 //	(b) bare forwarder  consume → POST to a no-op app → ack, same prefetch
@@ -138,7 +140,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.paced, "paced", 5*time.Second, "duration of the latency phase")
 	fs.IntVar(&o.bodyBytes, "body", 256, "message body size in bytes (a JSON envelope)")
 	fs.IntVar(&o.prefetch, "prefetch", 100, "RabbitMQ prefetch, bare and proxy alike")
-	fs.IntVar(&o.workers, "workers", 32, "RabbitMQ concurrent workers (and app connection pool), bare and proxy alike")
+	fs.IntVar(&o.workers, "workers", 32, "RabbitMQ and Redis concurrent workers (and app connection pool), bare and proxy alike")
 	fs.IntVar(&o.partitions, "partitions", 6, "Kafka partitions per topic")
 	fs.IntVar(&o.kafkaBatch, "kafka-batch", 32, "the proxy's Kafka batch_size (1: claim one message at a time)")
 	fs.StringVar(&o.ordering, "kafka-ordering", "partition", "the proxy's Kafka ordering: partition or key")
@@ -147,7 +149,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.appDelay, "app-delay", 0, "time the app takes per request (0: a no-op app)")
 	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	fs.StringVar(&o.redisBin, "redis-server", "redis-server", "redis-server binary for the private seen-set Redis")
-	fs.StringVar(&o.brokers, "brokers", "rabbitmq,kafka", "brokers to measure, comma-separated")
+	fs.StringVar(&o.brokers, "brokers", "rabbitmq,kafka,redis", "brokers to measure, comma-separated")
 	fs.StringVar(&o.profileDir, "profile", "", "if set, run (c) once more per broker with pprof on and write CPU and alloc profiles here (not part of the table)")
 	fs.DurationVar(&o.profileFor, "profile-time", 4*time.Second, "CPU profile duration of the -profile runs")
 	fs.DurationVar(&o.timeout, "row-timeout", 90*time.Second, "give up on a row's drain after this long")
@@ -238,9 +240,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			rep.sections = append(rep.sections, b.measure(ctx, b.rabbit))
 		case "kafka":
 			rep.sections = append(rep.sections, b.measureKafka(ctx))
+		case "redis":
+			rep.sections = append(rep.sections, b.measure(ctx, b.redisList), b.measure(ctx, b.redisStream))
 		case "":
 		default:
-			fmt.Fprintf(stderr, "bench: unknown broker %q (rabbitmq, kafka)\n", name)
+			fmt.Fprintf(stderr, "bench: unknown broker %q (rabbitmq, kafka, redis)\n", name)
 			return 2
 		}
 	}

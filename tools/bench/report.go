@@ -55,7 +55,7 @@ func (b *bench) machine(ctx context.Context) []string {
 	if b.rabbit != nil {
 		rabbit = "RabbitMQ " + b.rabbit.version + " (durable classic queue, persistent messages)"
 	}
-	return []string{
+	lines := []string{
 		fmt.Sprintf("%s, %d cores%s, Linux %s", cpu, runtime.NumCPU(), mem, strings.TrimSpace(string(kernel))),
 		fmt.Sprintf("%s; dedupe-proxy %s; %s; Redis %s (private, on %s)",
 			runtime.Version(), proxyVersion, rabbit, b.redis.version, b.redis.addr),
@@ -67,6 +67,10 @@ func (b *bench) machine(ctx context.Context) []string {
 			b.o.n, b.o.bodyBytes, b.o.rate, b.o.paced, b.o.prefetch, b.o.workers, kafkaOrdering(b.o), b.o.kafkaBatch),
 		fmt.Sprintf("proxy seen-set: %s; app: %s", seensetDesc(b.o.seenset), appDesc(b.o.appDelay)),
 	}
+	if b.brokerRedis != nil {
+		lines = append(lines, fmt.Sprintf("Redis rows: the broker is a second private redis-server (%s, on %s), %d workers", b.brokerRedis.version, b.brokerRedis.addr, b.o.workers))
+	}
+	return lines
 }
 
 func kafkaOrdering(o options) string {
@@ -257,7 +261,7 @@ func (r *report) printCPU(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "CPU during the drain, seconds per 100k messages, by process:")
 	const head = "%-42s %9s %9s %9s %9s %9s %9s\n"
-	fmt.Fprintf(w, head, "", "consumer", "Redis", "RabbitMQ", "bench", "other", "machine")
+	fmt.Fprintf(w, head, "", "consumer", "Redis", "broker", "bench", "other", "machine")
 	fmt.Fprintf(w, head, "", "", "server", "server", "process", "processes", "busy")
 	for _, s := range r.sections {
 		if s.missing != "" {
@@ -285,7 +289,8 @@ func (r *report) printCPU(w io.Writer) {
 				row.cpuPer100k, redis, rabbit, row.cpuSelf, row.cpuRest, busy)
 		}
 	}
-	fmt.Fprintln(w, "  bench process: the no-op app, publisher and pollers (and kfake for Kafka rows); other processes:")
+	fmt.Fprintln(w, "  broker server: RabbitMQ, or the broker redis-server for Redis rows; bench process: the no-op app,")
+	fmt.Fprintln(w, "  publisher and pollers (and kfake for Kafka rows); other processes:")
 	fmt.Fprintln(w, "  anything else on the machine, i.e. noise (±0.5 is clock-tick rounding); machine busy: share of all")
 	fmt.Fprintln(w, "  cores not idle — below 100% the row was bound by latency, not CPU. (short): a drain under 1 s,")
 	fmt.Fprintln(w, "  measured in a few 10 ms clock ticks, so only its order of magnitude holds.")

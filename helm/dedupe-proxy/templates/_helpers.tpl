@@ -135,6 +135,12 @@ credentials (existing Secrets, as environment variables).
 {{- if dig "kafka" "sasl" "password" "" $src }}
 {{- fail (printf "config.sources[%d].kafka.sasl.password: put it in a Secret and name it in credentials.sources.%s.kafkaSaslPassword" $i (toString $src.name)) }}
 {{- end }}
+{{- if dig "redis" "password" "" $src }}
+{{- fail (printf "config.sources[%d].redis.password: the config is a ConfigMap; put the password in a Secret and name it in credentials.sources.%s.redisPassword" $i (toString $src.name)) }}
+{{- end }}
+{{- if regexMatch "(?i)^rediss?://[^/@]*:[^/@]*@" (dig "redis" "url" "" $src | toString) }}
+{{- fail (printf "config.sources[%d].redis.url holds a password; put the URL in a Secret and name it in credentials.sources.%s.redisUrl" $i (toString $src.name)) }}
+{{- end }}
 {{- end }}
 {{- toYaml $cfg }}
 {{- end }}
@@ -181,7 +187,7 @@ the path in upper case, '.' and list indices as '_'), then proxy.env.
 {{- $names = append $names (toString $src.name) }}
 {{- $type := $src.type | default "rabbitmq" }}
 {{- $refs := index ($c.sources | default dict) (toString $src.name) | default dict }}
-{{- range $field, $suffix := dict "rabbitmqUrl" "RABBITMQ_URL" "kafkaSaslUsername" "KAFKA_SASL_USERNAME" "kafkaSaslPassword" "KAFKA_SASL_PASSWORD" "webhookRabbitmqUrl" "WEBHOOK_TARGET_RABBITMQ_URL" }}
+{{- range $field, $suffix := dict "rabbitmqUrl" "RABBITMQ_URL" "kafkaSaslUsername" "KAFKA_SASL_USERNAME" "kafkaSaslPassword" "KAFKA_SASL_PASSWORD" "webhookRabbitmqUrl" "WEBHOOK_TARGET_RABBITMQ_URL" "redisPassword" "REDIS_PASSWORD" "redisUsername" "REDIS_USERNAME" "redisUrl" "REDIS_URL" }}
 {{- $ref := index $refs $field }}
 {{- if and $ref $ref.secretName }}
 {{- if not (hasPrefix (upper $type) $suffix) }}
