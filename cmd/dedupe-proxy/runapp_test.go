@@ -63,15 +63,6 @@ func (a *runApp) events() []string {
 	return strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(b)), " ", "_"))
 }
 
-func (a *runApp) has(event string) bool {
-	for _, e := range a.events() {
-		if strings.HasPrefix(e, event) {
-			return true
-		}
-	}
-	return false
-}
-
 // runIn runs the command line in-process with the app's environment.
 func runIn(t *testing.T, env []string, args ...string) (int, string, string, time.Duration) {
 	t.Helper()
