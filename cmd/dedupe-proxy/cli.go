@@ -119,9 +119,7 @@ func newRoot() *cobra.Command {
 	})
 	root.SetHelpCommand(helpCmd(root))
 	root.AddCommand(
-		configCommand("run", runHelp, func(c *cobra.Command, cfg *config.Config, _ config.Origins, _ string) error {
-			return runProxy(cfg, c.ErrOrStderr())
-		}),
+		runCommand(),
 		configCommand("validate", validateHelp, func(c *cobra.Command, cfg *config.Config, _ config.Origins, path string) error {
 			validate(cfg, path, c.OutOrStdout())
 			return nil
@@ -194,6 +192,50 @@ func configCommand(name, long string, do func(c *cobra.Command, cfg *config.Conf
 		},
 	}
 	addConfigFlag(c.Flags())
+	return c
+}
+
+// runCommand is `run`: the proxy alone, or after `-- APP [ARG...]` with
+// the app started first as its child process (runapp.go).
+func runCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:  "run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]",
+		Long: runHelp,
+		Args: func(c *cobra.Command, args []string) error {
+			dash := c.ArgsLenAtDash()
+			switch {
+			case dash < 0 && len(args) > 0:
+				return usagef(c, "run: unexpected argument %q (the app's command goes after --: run --config FILE -- python3 app.py)", args[0])
+			case dash > 0:
+				return usagef(c, "run: unexpected argument %q before -- (the app's command goes after --)", args[0])
+			case dash == 0 && len(args) == 0:
+				return usagef(c, "run: no app command after --")
+			}
+			if c.Flags().Changed("app-ready-timeout") {
+				d, _ := c.Flags().GetDuration("app-ready-timeout")
+				if len(args) == 0 {
+					return usagef(c, "run: --app-ready-timeout needs an app command after --")
+				}
+				if d <= 0 {
+					return usagef(c, "run: --app-ready-timeout must be positive, got %s", d)
+				}
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cfg, _, _, err := loadConfig(c)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				return runProxy(cfg, c.ErrOrStderr())
+			}
+			d, _ := c.Flags().GetDuration("app-ready-timeout")
+			return runWithApp(cfg, args, d, c.OutOrStdout(), c.ErrOrStderr())
+		},
+	}
+	addConfigFlag(c.Flags())
+	c.Flags().Duration("app-ready-timeout", defaultAppReadyTimeout, "with an app after --: how long its app.health_url may take to answer 2xx (`D`, e.g. 30s, 2m)")
 	return c
 }
 

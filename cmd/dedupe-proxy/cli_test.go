@@ -95,7 +95,11 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 	}{
 		{[]string{"validate", "extra", "--config", cfg}, `validate: unexpected argument "extra"`, "Usage: dedupe-proxy validate --config FILE"},
 		{[]string{"validate"}, "validate: --config FILE is required (or set DEDUPE_PROXY_CONFIG)", "Usage: dedupe-proxy validate --config FILE"},
-		{[]string{"run", "--bogus"}, "run: unknown flag: --bogus", "Usage: dedupe-proxy run --config FILE"},
+		{[]string{"run", "--bogus"}, "run: unknown flag: --bogus", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
+		{[]string{"run", "--config", cfg, "python3", "app.py"}, `run: unexpected argument "python3" (the app's command goes after --: run --config FILE -- python3 app.py)`, "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
+		{[]string{"run", "--config", cfg, "--"}, "run: no app command after --", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
+		{[]string{"run", "--config", cfg, "--app-ready-timeout", "5s"}, "run: --app-ready-timeout needs an app command after --", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
+		{[]string{"run", "--config", cfg, "--app-ready-timeout", "0s", "--", "true"}, "run: --app-ready-timeout must be positive, got 0s", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
 		{[]string{"doctor", "--config"}, "doctor: flag needs an argument: --config", "Usage: dedupe-proxy doctor --config FILE"},
 		{[]string{"keys", "purge", "k", "--config", cfg}, "keys: want `keys status KEY`, `keys forget KEY` or `keys list`, got \"purge\"", "Usage: dedupe-proxy keys status|forget KEY | list --config FILE [--space NAME]"},
 		{[]string{"keys", "list", "k", "--config", cfg}, "keys list: takes no KEY, got 1 argument(s) (choose keys with --prefix)", "Usage: dedupe-proxy keys list --config FILE [--space NAME] [--state inflight|done] [--prefix P] [--limit N]"},

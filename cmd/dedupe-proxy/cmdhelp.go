@@ -5,6 +5,9 @@ const overview = `dedupe-proxy: consume from a broker, skip duplicates, forward 
 
 Usage:
   dedupe-proxy run      --config FILE   run the proxy until SIGTERM/SIGINT
+  dedupe-proxy run      --config FILE -- APP [ARG...]
+                                        local development: start the app, wait for its
+                                        app.health_url, run the proxy; stop both together
   dedupe-proxy validate --config FILE   check a config file; exit 1 listing every error
   dedupe-proxy config print --config FILE
                                         show the effective config, secrets redacted, with
@@ -51,6 +54,19 @@ It serves /healthz, /readyz and /metrics on admin.listen. Logs go to
 stderr (log.format json or text); the first line names every listener.
 Exit status 0 after a clean stop, 1 on an invalid config or a source
 that failed for good.
+
+With an app command after "--" (local development, like dapr run):
+
+  dedupe-proxy run --config config.yaml -- python3 app.py
+
+it starts the app as its child process, its output passed through,
+waits until app.health_url (which must be set) answers 2xx, then runs
+the proxy as above. SIGINT and SIGTERM stop the proxy first, so forwards
+in progress finish at a live app, then go to the app's process group;
+the app is stopped whenever the proxy stops, and killed if it has not
+exited within shutdown_timeout. Exit status 1, with a line saying why,
+when the app exits first or does not answer within --app-ready-timeout
+(default 30s).
 
 Every setting can be overridden by DEDUPE_PROXY_<PATH>, e.g.
 DEDUPE_PROXY_APP_URL. Check a config first with validate, config print

@@ -76,6 +76,9 @@ func checkMonitoring(t *testing.T, objs *Objects, svc *corev1.Service) {
 	for _, pr := range objs.PrometheusRules {
 		for _, g := range pr.Spec.Groups {
 			for _, r := range g.Rules {
+				if !strings.HasPrefix(r.Alert, "DedupeProxy") {
+					continue // prometheusRule.additionalRules: the release's own, as written
+				}
 				if !strings.Contains(r.Expr.String(), sel) {
 					t.Errorf("alert %s: %s does not select %s", r.Alert, r.Expr.String(), sel)
 				}

@@ -208,20 +208,26 @@ func printInstructions(w io.Writer, sections []*instrSection) {
 	fmt.Fprintln(w, "  vs (b): the ratio to the bare forwarder and the instructions the proxy adds per message.")
 }
 
-// brokerNamed is the broker -brokers names, started if need be; nil and
-// why when it cannot be measured.
-func (b *bench) brokerNamed(name string) (broker, string) {
+// brokersNamed are the brokers a -brokers name stands for (redis: the
+// list and the stream), started if need be; nil and why when they cannot
+// be measured.
+func (b *bench) brokersNamed(name string) ([]broker, string) {
 	switch name {
 	case "rabbitmq":
 		if b.rabbit == nil {
 			return nil, "not measured: RabbitMQ is not set up"
 		}
-		return b.rabbit, ""
+		return []broker{b.rabbit}, ""
 	case "kafka":
 		if why := b.startKafka(context.Background()); why != "" {
 			return nil, why
 		}
-		return b.kafka, ""
+		return []broker{b.kafka}, ""
+	case "redis":
+		if b.redisList == nil || b.redisStream == nil {
+			return nil, "not measured: the broker Redis is not set up"
+		}
+		return []broker{b.redisList, b.redisStream}, ""
 	}
 	return nil, fmt.Sprintf("not measured: unknown broker %q", name)
 }

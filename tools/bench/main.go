@@ -221,12 +221,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.only == "instructions" {
 		for _, name := range brokers {
-			br, missing := b.brokerNamed(strings.TrimSpace(name))
-			if br == nil {
+			brs, missing := b.brokersNamed(strings.TrimSpace(name))
+			if brs == nil {
 				rep.instr = append(rep.instr, &instrSection{broker: name, sizes: o.instrSizes, missing: missing})
-				continue
 			}
-			rep.instr = append(rep.instr, b.measureInstructions(ctx, br))
+			for _, br := range brs {
+				rep.instr = append(rep.instr, b.measureInstructions(ctx, br))
+			}
 		}
 		brokers = nil
 	}

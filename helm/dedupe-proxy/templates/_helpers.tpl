@@ -40,6 +40,9 @@ helm.sh/chart: {{ include "dedupe-proxy.chart" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.additionalLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -62,21 +65,36 @@ Create the name of the service account to use
 {{- end }}
 
 {{/*
+An image reference: (list IMAGE DEFAULT-TAG) with IMAGE {registry,
+repository, tag}: [registry/]repository[:tag], the tag defaulting to
+DEFAULT-TAG; with neither, the repository's default tag. Every image of
+the chart (app, proxy, test pod) is spelled by this one helper.
+*/}}
+{{- define "dedupe-proxy.image" -}}
+{{- $img := index . 0 }}
+{{- $ref := $img.repository }}
+{{- with $img.registry }}
+{{- $ref = printf "%s/%s" (trimSuffix "/" .) $ref }}
+{{- end }}
+{{- $tag := $img.tag | default (index . 1) }}
+{{- if $tag }}
+{{- $ref = printf "%s:%s" $ref $tag }}
+{{- end }}
+{{- $ref }}
+{{- end }}
+
+{{/*
 The proxy's image: proxy.image.tag, or the chart's appVersion.
 */}}
 {{- define "dedupe-proxy.proxyImage" -}}
-{{- printf "%s:%s" .Values.proxy.image.repository (.Values.proxy.image.tag | default .Chart.AppVersion) }}
+{{- include "dedupe-proxy.image" (list .Values.proxy.image .Chart.AppVersion) }}
 {{- end }}
 
 {{/*
 The app's image: app.image.tag, or the repository alone (its default tag).
 */}}
 {{- define "dedupe-proxy.appImage" -}}
-{{- if .Values.app.image.tag }}
-{{- printf "%s:%s" .Values.app.image.repository .Values.app.image.tag }}
-{{- else }}
-{{- .Values.app.image.repository }}
-{{- end }}
+{{- include "dedupe-proxy.image" (list .Values.app.image "") }}
 {{- end }}
 
 {{/*
@@ -273,6 +291,11 @@ chart's own pod would silently do nothing, so it fails the render.
 {{- range $field := list "redisPassword" "redisUsername" "redisSentinelPassword" "redisSentinelUsername" "adminToken" "appUrl" "appHealthUrl" }}
 {{- if dig $field "secretName" "" $c }}
 {{- fail (printf "credentials.%s: mode shared renders no pod; put the variable in a Secret named by the workloads' dedupe-proxy.io/secrets annotation" $field) }}
+{{- end }}
+{{- end }}
+{{- range $field, $v := dict "strategy" .Values.strategy "extraContainers" .Values.extraContainers "extraInitContainers" .Values.extraInitContainers "app.initContainers" .Values.app.initContainers }}
+{{- if $v }}
+{{- fail (printf "%s: mode shared renders no pod (nor Deployment); set it on the workloads that get the sidecar" $field) }}
 {{- end }}
 {{- end }}
 {{- if or $c.sources $c.webhookSecrets }}
