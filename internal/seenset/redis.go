@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
 )
 
 // RedisOptions configures NewRedis. One address is a standalone server,
@@ -72,7 +74,7 @@ type Redis struct {
 	c      redis.UniversalClient
 	prefix string
 	owned  bool
-	batch  *batcher
+	batch  *redisbatch.Batcher
 	master string   // Sentinel master set name, to name it in Durability
 	addrs  []string // as configured, for Describe
 	// hashOver > 0: keys longer than that are stored hashed (stored).
@@ -123,7 +125,7 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		// ReadTimeout; the pipeline bounds each store call by its context.
 		ContextTimeoutEnabled: true,
 	})
-	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: newBatcher(c, batchTimeout(o), o.WaitReplicas, o.WaitTimeout),
+	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: redisbatch.New(c, batchTimeout(o), o.WaitReplicas, o.WaitTimeout),
 		master: o.MasterName, addrs: o.Addrs, hashOver: o.HashKeysOver}, nil
 }
 
@@ -131,7 +133,7 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 // custom hooks, tests). The caller keeps ownership: Close does not close c,
 // because other users of c would break.
 func NewRedisWithClient(c redis.UniversalClient, prefix string) *Redis {
-	return &Redis{c: c, prefix: prefix, batch: newBatcher(c, 5*time.Second, 0, 0)}
+	return &Redis{c: c, prefix: prefix, batch: redisbatch.New(c, 5*time.Second, 0, 0)}
 }
 
 // HashedKeyLen is the length of a hashed key: "#" and 43 characters of
@@ -250,7 +252,7 @@ func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duratio
 		return 0, err
 	}
 	if !r.scriptsOnly.Load() {
-		old, absent, err := r.batch.doCmd(ctx, claimCmd(r.stored(key), token, lease)...)
+		old, absent, err := r.batch.DoCmd(ctx, claimCmd(r.stored(key), token, lease)...)
 		if !r.refusedSetGet(err) {
 			if err != nil {
 				return 0, unavailable(ctx, err)
@@ -397,21 +399,21 @@ func firstErr(rs []reply) error {
 // its validation error and no call.
 func (r *Redis) runMany(ctx context.Context, s *redis.Script, cmd func(key, token string, d time.Duration) []any, items []KeyToken, d time.Duration) []reply {
 	out := make([]reply, len(items))
-	calls := make([]*call, len(items))
-	live := make([]*call, 0, len(items))
+	calls := make([]*redisbatch.Call, len(items))
+	live := make([]*redisbatch.Call, 0, len(items))
 	ms := millis(d)
 	for i, it := range items {
 		if out[i].err = validateArgs(it.Key, it.Token, d); out[i].err != nil {
 			continue
 		}
 		if s == nil {
-			calls[i] = &call{ctx: ctx, cmd: cmd(r.stored(it.Key), it.Token, d)}
+			calls[i] = &redisbatch.Call{Cmd: cmd(r.stored(it.Key), it.Token, d)}
 		} else {
-			calls[i] = &call{ctx: ctx, script: s, keys: []string{r.stored(it.Key)}, args: []any{it.Token, ms}}
+			calls[i] = &redisbatch.Call{Script: s, Keys: []string{r.stored(it.Key)}, Args: []any{it.Token, ms}}
 		}
 		live = append(live, calls[i])
 	}
-	gone := r.batch.doMany(ctx, live)
+	gone := r.batch.DoMany(ctx, live)
 	j := 0
 	for i, c := range calls {
 		if c == nil {
@@ -420,8 +422,8 @@ func (r *Redis) runMany(ctx context.Context, s *redis.Script, cmd func(key, toke
 		err := gone[j]
 		j++
 		if err == nil {
-			out[i].n, out[i].val, out[i].absent = c.n, c.val, c.absent
-			err = c.err
+			out[i].n, out[i].val, out[i].absent = c.N, c.Val, c.Absent
+			err = c.Err
 		}
 		if err != nil {
 			out[i].err = unavailable(ctx, err)
@@ -444,7 +446,7 @@ func (r *Redis) Commit(ctx context.Context, key, token string, ttl time.Duration
 		return err
 	}
 	if !r.scriptsOnly.Load() {
-		old, absent, err := r.batch.doCmd(ctx, commitCmd(r.stored(key), token, ttl)...)
+		old, absent, err := r.batch.DoCmd(ctx, commitCmd(r.stored(key), token, ttl)...)
 		if !r.refusedSetGet(err) {
 			if err != nil {
 				return unavailable(ctx, err)
@@ -519,7 +521,7 @@ func (r *Redis) Ping(ctx context.Context) error {
 // Close stops the batcher and closes the client only when NewRedis
 // created it.
 func (r *Redis) Close() error {
-	r.batch.close()
+	r.batch.Close()
 	if !r.owned {
 		return nil
 	}
@@ -530,7 +532,7 @@ func (r *Redis) Close() error {
 }
 
 func (r *Redis) runInt(ctx context.Context, s *redis.Script, key string, args ...any) (int64, error) {
-	n, err := r.batch.do(ctx, s, r.stored(key), args...)
+	n, err := r.batch.Do(ctx, s, []string{r.stored(key)}, args...)
 	if err != nil {
 		return 0, unavailable(ctx, err)
 	}

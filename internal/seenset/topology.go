@@ -141,7 +141,7 @@ func (r *Redis) Describe(ctx context.Context) (Topology, error) {
 			}
 		}
 	}
-	if n := r.batch.waitReplicas; n > 0 {
+	if n := r.batch.WaitReplicas(); n > 0 {
 		for _, m := range t.Masters {
 			if m.Replicas >= 0 && m.Replicas < n {
 				t.Warnings = append(t.Warnings, fmt.Sprintf("redis %s has %d connected replicas but seenset.redis.wait_replicas is %d: every claim and commit on it fails until enough replicas are connected", m.Addr, m.Replicas, n))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
 )
 
 // link is what both modes keep of their connection to the broker Redis:
@@ -21,6 +22,10 @@ import (
 // and report their state the same way.
 type link struct {
 	rdb redis.UniversalClient
+	// batch sends the settles (acks, requeues, dead letters) of every
+	// worker in shared pipelines, one in flight at a time, as the
+	// seen-set does its claims and commits.
+	batch *redisbatch.Batcher
 	log *slog.Logger
 	// what names the key consumed, for Ready: `redis queue "orders"`.
 	what string
@@ -49,7 +54,10 @@ func (l *link) Ready() error {
 // Close implements broker.Source.
 func (l *link) Close() error {
 	var err error
-	l.closed.Do(func() { err = l.rdb.Close() })
+	l.closed.Do(func() {
+		l.batch.Close()
+		err = l.rdb.Close()
+	})
 	return err
 }
 
@@ -90,4 +98,10 @@ func (l *link) reconnect(ctx context.Context, p backoff.Policy, lost, failing st
 			return nil
 		}
 	}
+}
+
+// newLink is the link of one source on rdb.
+func newLink(rdb redis.UniversalClient, what string) link {
+	// A pipeline's bound: the client's read timeout and a write's.
+	return link{rdb: rdb, what: what, batch: redisbatch.New(rdb, 6*time.Second, 0, 0)}
 }

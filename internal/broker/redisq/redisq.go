@@ -136,7 +136,7 @@ func New(o Options) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{o: o, k: newKeys(o.Queue, o.DeadLetter), link: link{rdb: rdb, what: fmt.Sprintf("redis queue %q", o.Queue)}}
+	s := &Source{o: o, k: newKeys(o.Queue, o.DeadLetter), link: newLink(rdb, fmt.Sprintf("redis queue %q", o.Queue))}
 	s.log = o.Logger.With("source", o.Name, "queue", o.Queue, "replica", o.Replica)
 	return s, nil
 }
@@ -559,7 +559,7 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 // run runs one settle script. A failed connection ends the session, so
 // the element, still reserved, is given back on reconnect.
 func (d *delivery) run(ctx context.Context, what string, sc *redis.Script, keys []string, args ...any) error {
-	n, err := sc.Run(ctx, d.s.rdb, keys, args...).Int64()
+	n, err := d.s.batch.Do(ctx, sc, keys, args...)
 	if err != nil {
 		if !isReply(err) {
 			d.ss.fail(fmt.Errorf("%s: %w", what, err))

@@ -76,7 +76,7 @@ func NewStream(o Options) (*StreamSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &StreamSource{o: o, link: link{rdb: rdb, what: fmt.Sprintf("redis stream %q", o.Stream)}, held: map[string]struct{}{}, poke: make(chan struct{}, 1),
+	s := &StreamSource{o: o, link: newLink(rdb, fmt.Sprintf("redis stream %q", o.Stream)), held: map[string]struct{}{}, poke: make(chan struct{}, 1),
 		session: "{" + HashTag(o.Stream) + "}:session:" + o.Replica}
 	s.log = o.Logger.With("source", o.Name, "stream", o.Stream, "group", o.Group, "consumer", o.Replica)
 	return s, nil
@@ -461,7 +461,7 @@ func (d *streamDelivery) Ack(ctx context.Context) error {
 		return broker.ErrAlreadySettled
 	}
 	d.s.release(d.e.id)
-	n, err := d.s.rdb.XAck(ctx, d.s.o.Stream, d.s.o.Group, d.e.id).Result()
+	n, err := d.s.batch.DoInt(ctx, "XACK", d.s.o.Stream, d.s.o.Group, d.e.id)
 	if err != nil {
 		return d.failed("ack", err)
 	}
@@ -516,7 +516,7 @@ func (d *streamDelivery) DeadLetter(ctx context.Context, info broker.DeadLetterI
 		return d.failed("dead-letter", err)
 	}
 	d.s.release(d.e.id)
-	if err := d.s.rdb.XAck(ctx, d.s.o.Stream, d.s.o.Group, d.e.id).Err(); err != nil {
+	if _, err := d.s.batch.DoInt(ctx, "XACK", d.s.o.Stream, d.s.o.Group, d.e.id); err != nil {
 		d.settled.Store(false)
 		return d.failed("ack after dead-letter", err)
 	}

@@ -1,4 +1,8 @@
-package seenset
+// Package redisbatch coalesces the Redis commands that many goroutines
+// send into pipelines, one in flight at a time: the one way the proxy
+// talks to Redis on its hot path, for the seen-set's claims and commits
+// and for a Redis source's acks alike.
+package redisbatch
 
 import (
 	"context"
@@ -12,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher coalesces the store calls of every message into pipelines,
+// Batcher coalesces the store calls of every message into pipelines,
 // one in flight at a time: while a pipeline is on the wire, the claims,
 // renewals and commits that other messages want queue up, and all of
 // them go out together in the next. Under load one round trip then
@@ -25,9 +29,9 @@ import (
 //
 // On a Cluster the client splits a pipeline by node and runs the parts
 // side by side, so each node has one pipeline of this proxy's in flight.
-type batcher struct {
+type Batcher struct {
 	c       redis.UniversalClient
-	calls   chan *call
+	calls   chan *Call
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	timeout time.Duration
@@ -39,20 +43,25 @@ type batcher struct {
 	waitTimeout  time.Duration
 }
 
-// call is one script run (script set: n is its integer reply) or one
-// plain command (cmd set: val is its string reply, absent when Redis
-// answered nil).
-type call struct {
-	ctx    context.Context
-	script *redis.Script
-	keys   []string
-	args   []any
-	cmd    []any
-	n      int64
-	val    string
-	absent bool
-	err    error
-	done   chan struct{}
+// Call is one script run (Script set: N is its integer reply) or one
+// plain command (Cmd set: Val is its string reply, Absent when Redis
+// answered nil; with IntReply, N is its integer reply). The reply fields
+// are the caller's to read only once the call has its answer (DoMany
+// says which have).
+type Call struct {
+	Script   *redis.Script
+	Keys     []string
+	Args     []any
+	Cmd      []any
+	IntReply bool
+
+	N      int64
+	Val    string
+	Absent bool
+	Err    error
+
+	ctx  context.Context
+	done chan struct{}
 }
 
 // maxBatch bounds one pipeline; more waiting calls go in the next. The
@@ -63,47 +72,61 @@ const (
 	queueLen = 4 * maxBatch
 )
 
-var errClosed = errors.New("store closed")
+// ErrClosed is the error of a call made after Close.
+var ErrClosed = errors.New("redis batcher closed")
 
-func newBatcher(c redis.UniversalClient, timeout time.Duration, waitReplicas int, waitTimeout time.Duration) *batcher {
-	b := &batcher{c: c, calls: make(chan *call, queueLen), stop: make(chan struct{}), timeout: timeout,
+// New starts a Batcher on c. timeout bounds each pipeline; waitReplicas
+// > 0 ends each with WAIT waitReplicas waitTimeout (see execWaiting).
+func New(c redis.UniversalClient, timeout time.Duration, waitReplicas int, waitTimeout time.Duration) *Batcher {
+	b := &Batcher{c: c, calls: make(chan *Call, queueLen), stop: make(chan struct{}), timeout: timeout,
 		waitReplicas: waitReplicas, waitTimeout: waitTimeout}
 	b.wg.Add(1)
 	go b.loop()
 	return b
 }
 
-func (b *batcher) close() {
+// Close stops the loop; calls still queued fail with ErrClosed.
+func (b *Batcher) Close() {
 	b.once.Do(func() { close(b.stop) })
 	b.wg.Wait()
 }
 
-// do runs script on key. The error is the driver's, untranslated.
-func (b *batcher) do(ctx context.Context, s *redis.Script, key string, args ...any) (int64, error) {
-	c := &call{ctx: ctx, script: s, keys: []string{key}, args: args, done: make(chan struct{})}
+// Do runs script on keys (all in one slot on a Cluster) and returns its
+// integer reply. The error is the driver's, untranslated.
+func (b *Batcher) Do(ctx context.Context, s *redis.Script, keys []string, args ...any) (int64, error) {
+	c := &Call{ctx: ctx, Script: s, Keys: keys, Args: args, done: make(chan struct{})}
 	if err := b.wait(c); err != nil {
 		// c may still be running: its fields are not ours to read.
 		return 0, err
 	}
-	return c.n, nil
+	return c.N, nil
 }
 
-// doCmd runs one plain command whose reply is a string or nil.
-func (b *batcher) doCmd(ctx context.Context, cmd ...any) (val string, absent bool, err error) {
-	c := &call{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+// DoCmd runs one plain command whose reply is a string or nil.
+func (b *Batcher) DoCmd(ctx context.Context, cmd ...any) (val string, absent bool, err error) {
+	c := &Call{ctx: ctx, Cmd: cmd, done: make(chan struct{})}
 	if err := b.wait(c); err != nil {
 		return "", false, err
 	}
-	return c.val, c.absent, nil
+	return c.Val, c.Absent, nil
 }
 
-// doMany runs every call in the coalesced pipelines and returns when
+// DoInt runs one plain command whose reply is an integer (XACK, LREM).
+func (b *Batcher) DoInt(ctx context.Context, cmd ...any) (int64, error) {
+	c := &Call{ctx: ctx, Cmd: cmd, IntReply: true, done: make(chan struct{})}
+	if err := b.wait(c); err != nil {
+		return 0, err
+	}
+	return c.N, nil
+}
+
+// DoMany runs every call in the coalesced pipelines and returns when
 // each has its answer or the calls' context ended: the calls of one
 // batch claim or commit usually share one round trip with each other and
 // with whatever else is waiting. gone[i] set means call i has no answer
 // to read (it may still run, so its fields are not the caller's) and
 // gone[i] is why.
-func (b *batcher) doMany(ctx context.Context, calls []*call) (gone []error) {
+func (b *Batcher) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 	gone = make([]error, len(calls))
 	queued := len(calls)
 	for i, c := range calls {
@@ -114,7 +137,7 @@ func (b *batcher) doMany(ctx context.Context, calls []*call) (gone []error) {
 		case <-ctx.Done():
 			gone[i] = ctx.Err()
 		case <-b.stop:
-			gone[i] = errClosed
+			gone[i] = ErrClosed
 		}
 		for j := i + 1; j < len(calls); j++ {
 			gone[j] = gone[i]
@@ -140,18 +163,18 @@ func (b *batcher) doMany(ctx context.Context, calls []*call) (gone []error) {
 	return gone
 }
 
-func (b *batcher) wait(c *call) error {
+func (b *Batcher) wait(c *Call) error {
 	ctx := c.ctx
 	select {
 	case b.calls <- c:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-b.stop:
-		return errClosed
+		return ErrClosed
 	}
 	select {
 	case <-c.done:
-		return c.err
+		return c.Err
 	case <-ctx.Done():
 		// Like a lost reply: the call may still run. Every transition is
 		// idempotent for the same token, so the caller's retry is safe.
@@ -159,9 +182,9 @@ func (b *batcher) wait(c *call) error {
 	}
 }
 
-func (b *batcher) loop() {
+func (b *Batcher) loop() {
 	defer b.wg.Done()
-	batch := make([]*call, 0, maxBatch)
+	batch := make([]*Call, 0, maxBatch)
 	for {
 		select {
 		case c := <-b.calls:
@@ -183,11 +206,11 @@ func (b *batcher) loop() {
 	}
 }
 
-func (b *batcher) drain() {
+func (b *Batcher) drain() {
 	for {
 		select {
 		case c := <-b.calls:
-			c.err = errClosed
+			c.Err = ErrClosed
 			c.finish()
 		default:
 			return
@@ -195,12 +218,12 @@ func (b *batcher) drain() {
 	}
 }
 
-func (b *batcher) exec(batch []*call) {
+func (b *Batcher) exec(batch []*Call) {
 	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			// Its caller gave up: do not run a claim nobody waits for.
-			c.err = err
+			c.Err = err
 			c.finish()
 			continue
 		}
@@ -215,10 +238,10 @@ func (b *batcher) exec(batch []*call) {
 		return
 	case 1:
 		c := live[0]
-		if c.cmd != nil {
-			c.setReply(b.c.Do(c.ctx, c.cmd...))
+		if c.Cmd != nil {
+			c.setReply(b.c.Do(c.ctx, c.Cmd...))
 		} else {
-			c.n, c.err = c.script.Run(c.ctx, b.c, c.keys, c.args...).Int64()
+			c.N, c.Err = c.Script.Run(c.ctx, b.c, c.Keys, c.Args...).Int64()
 		}
 		c.finish()
 		return
@@ -228,15 +251,15 @@ func (b *batcher) exec(batch []*call) {
 	pipe := b.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(live))
 	for i, c := range live {
-		if c.cmd != nil {
-			cmds[i] = pipe.Do(ctx, c.cmd...)
+		if c.Cmd != nil {
+			cmds[i] = pipe.Do(ctx, c.Cmd...)
 			continue
 		}
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		cmds[i] = c.Script.EvalSha(ctx, pipe, c.Keys, c.Args...)
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, c := range live {
-		if c.cmd != nil {
+		if c.Cmd != nil {
 			c.setReply(cmds[i])
 			c.finish()
 			continue
@@ -245,25 +268,29 @@ func (b *batcher) exec(batch []*call) {
 		if err != nil && isNoScript(err) {
 			// First use, or Redis restarted and lost its script cache:
 			// Run loads the script and retries this one call.
-			n, err = c.script.Run(ctx, b.c, c.keys, c.args...).Int64()
+			n, err = c.Script.Run(ctx, b.c, c.Keys, c.Args...).Int64()
 		}
-		c.n, c.err = n, err
+		c.N, c.Err = n, err
 		c.finish()
 	}
 }
 
-// setReply reads a plain command's string-or-nil reply.
-func (c *call) setReply(cmd *redis.Cmd) {
-	v, err := cmd.Text()
-	if errors.Is(err, redis.Nil) {
-		c.absent = true
+// setReply reads a plain command's reply: an integer, or a string or nil.
+func (c *Call) setReply(cmd *redis.Cmd) {
+	if c.IntReply {
+		c.N, c.Err = cmd.Int64()
 		return
 	}
-	c.val, c.err = v, err
+	v, err := cmd.Text()
+	if errors.Is(err, redis.Nil) {
+		c.Absent = true
+		return
+	}
+	c.Val, c.Err = v, err
 }
 
 // finish wakes the caller waiting in wait or doMany.
-func (c *call) finish() { close(c.done) }
+func (c *Call) finish() { close(c.done) }
 
 func isNoScript(err error) bool {
 	return strings.HasPrefix(err.Error(), "NOSCRIPT")
@@ -282,12 +309,12 @@ var errReplicas = errors.New("not enough replicas acknowledged the write")
 // WAIT. A call on a master whose WAIT fell short fails, whatever it
 // answered. Scripts run as EVAL rather than EVALSHA here, so that no
 // NOSCRIPT retry on another connection escapes the WAIT.
-func (b *batcher) execWaiting(live []*call) {
+func (b *Batcher) execWaiting(live []*Call) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout+b.waitTimeout)
 	defer cancel()
 	type group struct {
 		p     pipeliner
-		calls []*call
+		calls []*Call
 	}
 	var groups []*group
 	var reload atomic.Bool
@@ -303,7 +330,7 @@ func (b *batcher) execWaiting(live []*call) {
 		}
 		node, err := cc.MasterForKey(ctx, c.key())
 		if err != nil {
-			c.err = err
+			c.Err = err
 			c.finish()
 			reload.Store(true)
 			continue
@@ -340,14 +367,14 @@ type pipeliner interface {
 
 // runWaiting runs calls and WAIT in one pipeline; false when the node
 // was lost or moved slots (movedOrLost).
-func (b *batcher) runWaiting(ctx context.Context, p pipeliner, calls []*call) bool {
+func (b *Batcher) runWaiting(ctx context.Context, p pipeliner, calls []*Call) bool {
 	pipe := p.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		if c.cmd != nil {
-			cmds[i] = pipe.Do(ctx, c.cmd...)
+		if c.Cmd != nil {
+			cmds[i] = pipe.Do(ctx, c.Cmd...)
 		} else {
-			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			cmds[i] = c.Script.Eval(ctx, pipe, c.Keys, c.Args...)
 		}
 	}
 	wait := pipe.Do(ctx, "WAIT", b.waitReplicas, b.waitTimeout.Milliseconds())
@@ -358,15 +385,15 @@ func (b *batcher) runWaiting(ctx context.Context, p pipeliner, calls []*call) bo
 	}
 	ok := werr == nil
 	for i, c := range calls {
-		if c.cmd != nil {
+		if c.Cmd != nil {
 			c.setReply(cmds[i])
 		} else {
-			c.n, c.err = cmds[i].Int64()
+			c.N, c.Err = cmds[i].Int64()
 		}
-		if c.err == nil && werr != nil {
-			c.err, c.val, c.absent, c.n = werr, "", false, 0
+		if c.Err == nil && werr != nil {
+			c.Err, c.Val, c.Absent, c.N = werr, "", false, 0
 		}
-		if movedOrLost(c.err) {
+		if movedOrLost(c.Err) {
 			ok = false
 		}
 		c.finish()
@@ -395,14 +422,18 @@ func movedOrLost(err error) bool {
 }
 
 // key is the one key a call touches.
-func (c *call) key() string {
-	if c.cmd != nil {
-		if k, ok := c.cmd[1].(string); ok {
+func (c *Call) key() string {
+	if c.Cmd != nil {
+		if k, ok := c.Cmd[1].(string); ok {
 			return k
 		}
 	}
-	if len(c.keys) > 0 {
-		return c.keys[0]
+	if len(c.Keys) > 0 {
+		return c.Keys[0]
 	}
 	return ""
 }
+
+// WaitReplicas is the number of replicas each pipeline's writes wait
+// for (0: none).
+func (b *Batcher) WaitReplicas() int { return b.waitReplicas }
