@@ -30,9 +30,13 @@ import (
 // On a Cluster the client splits a pipeline by node and runs the parts
 // side by side, so each node has one pipeline of this proxy's in flight.
 type Batcher struct {
-	c       redis.UniversalClient
-	calls   chan *Call
-	stop    chan struct{}
+	c     redis.UniversalClient
+	calls chan *Call
+	stop  chan struct{}
+	// exited is closed when the loop has returned: a call queued after
+	// its last drain would never be answered, so its caller stops
+	// waiting (ErrClosed).
+	exited  chan struct{}
 	wg      sync.WaitGroup
 	timeout time.Duration
 	once    sync.Once
@@ -78,7 +82,7 @@ var ErrClosed = errors.New("redis batcher closed")
 // New starts a Batcher on c. timeout bounds each pipeline; waitReplicas
 // > 0 ends each with WAIT waitReplicas waitTimeout (see execWaiting).
 func New(c redis.UniversalClient, timeout time.Duration, waitReplicas int, waitTimeout time.Duration) *Batcher {
-	b := &Batcher{c: c, calls: make(chan *Call, queueLen), stop: make(chan struct{}), timeout: timeout,
+	b := &Batcher{c: c, calls: make(chan *Call, queueLen), stop: make(chan struct{}), exited: make(chan struct{}), timeout: timeout,
 		waitReplicas: waitReplicas, waitTimeout: waitTimeout}
 	b.wg.Add(1)
 	go b.loop()
@@ -148,6 +152,10 @@ func (b *Batcher) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 	for i, c := range calls[:queued] {
 		select {
 		case <-c.done:
+		case <-b.exited:
+			if err := b.answered(c); errors.Is(err, ErrClosed) {
+				gone[i] = err
+			}
 		case <-ctx.Done():
 			// Like a lost reply, as in wait.
 			for j := i; j < queued; j++ {
@@ -179,11 +187,25 @@ func (b *Batcher) wait(c *Call) error {
 		// Like a lost reply: the call may still run. Every transition is
 		// idempotent for the same token, so the caller's retry is safe.
 		return ctx.Err()
+	case <-b.exited:
+		return b.answered(c)
+	}
+}
+
+// answered is a call's error once the loop has exited: its own if the
+// loop finished it, ErrClosed if it was queued too late to be.
+func (b *Batcher) answered(c *Call) error {
+	select {
+	case <-c.done:
+		return c.Err
+	default:
+		return ErrClosed
 	}
 }
 
 func (b *Batcher) loop() {
 	defer b.wg.Done()
+	defer close(b.exited)
 	batch := make([]*Call, 0, maxBatch)
 	for {
 		select {

@@ -26,7 +26,7 @@ type link struct {
 	// worker in shared pipelines, one in flight at a time, as the
 	// seen-set does its claims and commits.
 	batch *redisbatch.Batcher
-	log *slog.Logger
+	log   *slog.Logger
 	// what names the key consumed, for Ready: `redis queue "orders"`.
 	what string
 
