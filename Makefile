@@ -67,9 +67,11 @@ $(GOLANGCI_LINT):
 fmt-check: ## Fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# chart-check runs before test: it builds helm, which the test of
+# docs/first-afternoon.md (go test ./docs/) runs too.
 check: ## Everything CI runs: gofmt, vet, lint, tests, the claim model, the embedded and exactly-once demos, the chaos and Redis failover suites, the chart checks; the tree must not change
 	@before=$$(git status --porcelain); \
-	$(MAKE) --no-print-directory fmt-check vet lint test model demo-embedded demo-exactly-once chaos redis-failover chart-check || exit 1; \
+	$(MAKE) --no-print-directory fmt-check vet lint chart-check test model demo-embedded demo-exactly-once chaos redis-failover || exit 1; \
 	after=$$(git status --porcelain); \
 	if [ "$$before" != "$$after" ]; then echo "the build changed the tree:"; git status --short; exit 1; fi
 
