@@ -146,6 +146,10 @@ type row struct {
 	appWant     int64
 	// proxy, at the fixed rate: where the time went.
 	phase *phaseTimes
+	// proxy, during the drain (full load): the claim and commit waits;
+	// the commit's is the crash window (the app acted, the key is not
+	// done yet).
+	drainPhase *phaseTimes
 }
 
 // phaseTimes are the proxy's own timings over the paced phase, from its
@@ -358,6 +362,10 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 		r.err = err
 		return r
 	}
+	var drainTimes0 map[string]float64
+	if c.proxy {
+		drainTimes0, _ = c.scrape(ctx, phaseMetrics...)
+	}
 	cpu0, err := b.cpuSnapshot(c.pid, br.serverPID())
 	if err != nil {
 		r.err = err
@@ -373,6 +381,11 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 		return r
 	}
 	last := samples[len(samples)-1]
+	if drainTimes0 != nil {
+		if t, err := c.scrape(ctx, phaseMetrics...); err == nil {
+			r.drainPhase = newPhaseTimes(drainTimes0, t, n)
+		}
+	}
 	cpu2, err := b.cpuSnapshot(c.pid, br.serverPID())
 	if err != nil {
 		r.err = err

@@ -259,6 +259,15 @@ func (r *report) printPhases(w io.Writer) {
 				ms(pt.claimMean), 100*pt.claimsOver1ms, 100*pt.claimsOver5, ms(pt.forwardMean), ms(pt.commitMean), pt.gcCycles, ms(pt.gcPause))
 		}
 	}
+	fmt.Fprintln(w, "During the drain (full load), from the same histograms; the commit wait is the crash window:")
+	for _, s := range r.sections {
+		for _, x := range s.rows {
+			if pt := x.drainPhase; pt != nil {
+				fmt.Fprintf(w, "%-42s %9s %8.1f%% %8.1f%% %9s %9s %9.0f %9s\n", fmt.Sprintf("  %s (%s)", s.broker, x.kind.letter()),
+					ms(pt.claimMean), 100*pt.claimsOver1ms, 100*pt.claimsOver5, ms(pt.forwardMean), ms(pt.commitMean), pt.gcCycles, ms(pt.gcPause))
+			}
+		}
+	}
 	fmt.Fprintln(w, "  claim: the seen-set wait before the forward (a batch claim counts once); commit: after the app's 2xx,")
 	fmt.Fprintln(w, "  so not in publish→app; claims > 1 ms: from the histogram's buckets; GC: cycles and stop-the-world")
 	fmt.Fprintln(w, "  pause summed over the phase.")
