@@ -176,16 +176,16 @@ func checkWebhook(t *testing.T, objs *Objects, cfg proxyConfig, shared bool) {
 }
 
 // TestAlertsMatchReadme: the PrometheusRule holds exactly the alerts the
-// README's Metrics section lists, each expression as written there once
-// the release's selector is taken out.
+// operations page lists ("Metrics and alerts"), each expression as
+// written there once the release's selector is taken out.
 func TestAlertsMatchReadme(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := regexp.MustCompile("(?s)Alerts worth having:\\s*```promql\\n(.*?)```").FindSubmatch(readme)
+	block := regexp.MustCompile("(?s)[Aa]lerts worth having:\\s*```promql\\n(.*?)```").FindSubmatch(readme)
 	if block == nil {
-		t.Fatal("README has no 'Alerts worth having' promql block")
+		t.Fatal("docs/operations.md has no 'alerts worth having' promql block")
 	}
 	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	var want []string
@@ -209,7 +209,7 @@ func TestAlertsMatchReadme(t *testing.T) {
 	slices.Sort(want)
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
-		t.Errorf("PrometheusRule expressions\n  %s\nREADME alerts\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		t.Errorf("PrometheusRule expressions\n  %s\ndocs/operations.md alerts\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
 
