@@ -32,6 +32,17 @@ func TestRedisClusterFormsAndFailsOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Replication is asynchronous: without this, a master killed at once
+	// may take k1 with it, which is Redis, not the set-up, at fault. WAIT
+	// counts the writes of its own connection, so k1 is written on it.
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer mc.Close()
+	if err := mc.Set(ctx, "k1", "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := mc.Wait(ctx, 1, 5*time.Second).Val(); n != 1 {
+		t.Fatalf("WAIT 1 on k1's master: %d replicas acknowledged", n)
+	}
 	m.Kill()
 	Eventually(t, 20*time.Second, "the replica promoted", func() bool {
 		now, err := c.MasterOf(ctx, "k1")

@@ -207,6 +207,12 @@ func TestStreamGroupDeletedIsCreatedAgain(t *testing.T) {
 	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: 3 * time.Second}, ack)
 	q.xadd(t, brokertest.Message{Body: []byte("before")})
 	testutil.Eventually(t, 10*time.Second, "first", func() bool { return len(c.messages()) == 1 })
+	// The handler records a message before it acks it: destroying the
+	// group in between would fail that ack, which is not what this tests.
+	testutil.Eventually(t, 10*time.Second, "first acked", func() bool {
+		p, err := q.rdb.XPending(ctx, q.name, group).Result()
+		return err == nil && p.Count == 0
+	})
 	if err := q.rdb.XGroupDestroy(ctx, q.name, group).Err(); err != nil {
 		t.Fatal(err)
 	}
