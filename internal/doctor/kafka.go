@@ -51,14 +51,7 @@ func (c *checker) kafkaSource(s config.Source) {
 func (c *checker) kafkaTopics(cl *kgo.Client, check, source string, topics []string, deadLetter string) bool {
 	ctx, cancel := c.context()
 	defer cancel()
-	req := kmsg.NewPtrMetadataRequest()
-	req.AllowAutoTopicCreation = false
-	for _, t := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, cl)
+	resp, err := kafka.TopicMetadata(ctx, cl, topics)
 	if err != nil {
 		c.add(Fail, check, "not reachable: %v", err)
 		return false

@@ -253,17 +253,25 @@ type topicInfo struct {
 // within it while the brokers do not answer.
 func (r *Redriver) requestTimeout() time.Duration { return 3 * r.o.NetworkTimeout }
 
-// metadata looks the topics up, never creating them.
-func (r *Redriver) metadata(ctx context.Context, cl *kgo.Client, topics []string) (map[string]topicInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.requestTimeout())
-	defer cancel()
+// TopicMetadata asks the brokers about topics, never creating one (a
+// broker with auto.create.topics.enable would otherwise make a mistyped
+// name real): one way for the proxy, doctor and redrive to look.
+func TopicMetadata(ctx context.Context, cl *kgo.Client, topics []string) (*kmsg.MetadataResponse, error) {
 	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
 	for _, t := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr(t)
 		req.Topics = append(req.Topics, rt)
 	}
-	resp, err := req.RequestWith(ctx, cl)
+	return req.RequestWith(ctx, cl)
+}
+
+// metadata looks the topics up, never creating them.
+func (r *Redriver) metadata(ctx context.Context, cl *kgo.Client, topics []string) (map[string]topicInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.requestTimeout())
+	defer cancel()
+	resp, err := TopicMetadata(ctx, cl, topics)
 	if err != nil {
 		return nil, fmt.Errorf("kafka brokers %s: not reachable: %w", strings.Join(r.o.Brokers, ","), err)
 	}
