@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -154,8 +153,8 @@ sources:
 	}
 	reg := d.Registry()
 	testutil.Eventually(t, 20*time.Second, "o-1 and o-2 forwarded, o-3 a duplicate", func() bool {
-		return counterValue(t, reg, "dedupe_proxy_messages_total", "orders", "duplicate") == 1 &&
-			counterValue(t, reg, "dedupe_proxy_messages_total", "orders", "forwarded") == 2
+		return testutil.Counter(t, reg, "dedupe_proxy_messages_total", map[string]string{"source": "orders", "result": "duplicate"}) == 1 &&
+			testutil.Counter(t, reg, "dedupe_proxy_messages_total", map[string]string{"source": "orders", "result": "forwarded"}) == 2
 	})
 	ok := map[string]int{}
 	for _, r := range app.Requests() {
@@ -175,31 +174,6 @@ sources:
 	if s := keyState(t, st, "redrive-test:orders:o-3"); s != seenset.Done {
 		t.Errorf("o-3 is %s, want done", s)
 	}
-}
-
-// counterValue reads dedupe_proxy_messages_total and its like for one
-// source and result.
-func counterValue(t *testing.T, reg *prometheus.Registry, name, source, result string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			if l["source"] == source && l["result"] == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // RabbitMQ, mode dlx: RabbitMQ dead-letters through the queue's own

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
@@ -214,59 +212,16 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// counter reads one series of a counter vec from the daemon's registry.
-func counter(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if matches(m, labels) {
-				switch {
-				case m.Counter != nil:
-					total += m.Counter.GetValue()
-				case m.Gauge != nil:
-					total += m.Gauge.GetValue()
-				case m.Histogram != nil:
-					total += float64(m.Histogram.GetSampleCount())
-				}
-			}
-		}
-	}
-	return total
-}
-
-func matches(m *dto.Metric, labels map[string]string) bool {
-	for k, v := range labels {
-		found := false
-		for _, lp := range m.GetLabel() {
-			if lp.GetName() == k && lp.GetValue() == v {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
 func (p *proxy) settled(t testing.TB) float64 {
-	return counter(t, p.d.Registry(), "dedupe_proxy_messages_total", nil)
+	return testutil.Counter(t, p.d.Registry(), "dedupe_proxy_messages_total", nil)
 }
 
 func (p *proxy) result(t testing.TB, result string) float64 {
-	return counter(t, p.d.Registry(), "dedupe_proxy_messages_total", map[string]string{"result": result})
+	return testutil.Counter(t, p.d.Registry(), "dedupe_proxy_messages_total", map[string]string{"result": result})
 }
 
 func (p *proxy) event(t testing.TB, event string) float64 {
-	return counter(t, p.d.Registry(), "dedupe_proxy_events_total", map[string]string{"event": event})
+	return testutil.Counter(t, p.d.Registry(), "dedupe_proxy_events_total", map[string]string{"event": event})
 }
 
 // envelope is a BabelQueue envelope with the given meta.id ("" leaves it

@@ -84,7 +84,7 @@ func (h *kafkaHarness) committedTotal() int64 {
 }
 
 func (p *proxy) gauge(t testing.TB, name string) float64 {
-	return counter(t, p.d.Registry(), name, nil)
+	return testutil.Counter(t, p.d.Registry(), name, nil)
 }
 
 // Every idempotency sequence of BabelQueue's conformance suite over
@@ -455,7 +455,7 @@ func TestKafkaAppDown(t *testing.T) {
 	}
 	h.produce(recs...)
 	testutil.Eventually(t, 10*time.Second, "attempts while the app is down", func() bool {
-		return counter(t, p.d.Registry(), "dedupe_proxy_app_responses_total", map[string]string{"class": "error"}) >= 4
+		return testutil.Counter(t, p.d.Registry(), "dedupe_proxy_app_responses_total", map[string]string{"class": "error"}) >= 4
 	})
 	time.Sleep(time.Second)
 	if s := p.settled(t); s != 0 {
@@ -621,7 +621,7 @@ func TestKafkaBacklogBatches(t *testing.T) {
 	// One claim round trip per batch, and one per duplicate that found
 	// its original still in flight in the same batch: far fewer than one
 	// per message.
-	claims := counter(t, p.d.Registry(), "dedupe_proxy_seenset_duration_seconds", map[string]string{"op": "claim"})
+	claims := testutil.Counter(t, p.d.Registry(), "dedupe_proxy_seenset_duration_seconds", map[string]string{"op": "claim"})
 	if claims >= 200 {
 		t.Errorf("%v claim round trips for 300 messages: the backlog was not claimed in batches", claims)
 	}

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
@@ -48,35 +47,6 @@ func adminDo(t testing.TB, p *proxy, method, path, token string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// series reads one series: a counter's or gauge's value, a histogram's
-// sample count; found is false when the series does not exist.
-func series(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) (v float64, found bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !matches(m, labels) || len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount()), true
-			}
-		}
-	}
-	return 0, false
-}
-
 // A known sequence of messages gives known metric values; every series a
 // source has exists at 0 before the first message.
 func TestMetricsAfterKnownSequence(t *testing.T) {
@@ -103,12 +73,12 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 	with := func(k, v string) map[string]string { return map[string]string{"source": "orders", k: v} }
 
 	for _, r := range []string{"forwarded", "duplicate", "dead_lettered", "requeued"} {
-		if v, ok := series(t, reg, "dedupe_proxy_messages_total", with("result", r)); !ok || v != 0 {
+		if v, ok := testutil.Series(t, reg, "dedupe_proxy_messages_total", with("result", r)); !ok || v != 0 {
 			t.Errorf("messages_total{result=%s} = %v (exists %v) before any message, want 0", r, v, ok)
 		}
 	}
 	for _, e := range []string{"no_key", "busy", "retry", "failed", "store_error", "commit_failed", "app_wait"} {
-		if v, ok := series(t, reg, "dedupe_proxy_events_total", with("event", e)); !ok || v != 0 {
+		if v, ok := testutil.Series(t, reg, "dedupe_proxy_events_total", with("event", e)); !ok || v != 0 {
 			t.Errorf("events_total{event=%s} = %v (exists %v) before any message, want 0", e, v, ok)
 		}
 	}
@@ -128,7 +98,7 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 		testutil.Eventually(t, 10*time.Second, s.what+" settled", func() bool { return p.settled(t) == float64(i+1) })
 	}
 	testutil.Eventually(t, 5*time.Second, "nothing in flight", func() bool {
-		v, _ := series(t, reg, "dedupe_proxy_inflight_messages", src)
+		v, _ := testutil.Series(t, reg, "dedupe_proxy_inflight_messages", src)
 		return v == 0
 	})
 
@@ -163,7 +133,7 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 		{"dedupe_proxy_app_up", map[string]string{}, 1},
 	}
 	for _, w := range want {
-		if v, ok := series(t, reg, w.name, w.labels); !ok || v != w.value {
+		if v, ok := testutil.Series(t, reg, w.name, w.labels); !ok || v != w.value {
 			t.Errorf("%s%v = %v (exists %v), want %v", w.name, w.labels, v, ok, w.value)
 		}
 	}
@@ -217,7 +187,7 @@ func TestReadyzFlipsWithRedis(t *testing.T) {
 	if !strings.Contains(body, "source orders: ok\nseenset: store unavailable: ") {
 		t.Fatalf("/readyz body with Redis down = %q", body)
 	}
-	if v, _ := series(t, p.d.Registry(), "dedupe_proxy_seenset_errors_total", map[string]string{"op": "ping"}); v == 0 {
+	if v, _ := testutil.Series(t, p.d.Registry(), "dedupe_proxy_seenset_errors_total", map[string]string{"op": "ping"}); v == 0 {
 		t.Error("failed pings not counted in seenset_errors_total{op=ping}")
 	}
 	rs.Restart()
@@ -237,7 +207,7 @@ func TestReadyzFlipsWithBroker(t *testing.T) {
 	p := h.start()
 	reg := p.d.Registry()
 	src := map[string]string{"source": "orders"}
-	if v, _ := series(t, reg, "dedupe_proxy_broker_connected", src); v != 1 {
+	if v, _ := testutil.Series(t, reg, "dedupe_proxy_broker_connected", src); v != 1 {
 		t.Fatalf("broker_connected = %v, want 1", v)
 	}
 	relay.SetDown(true)
@@ -251,7 +221,7 @@ func TestReadyzFlipsWithBroker(t *testing.T) {
 	if !strings.Contains(body, "source orders: broker: not connected\n") || !strings.Contains(body, "seenset: ok (redis standalone, 1 master, ") {
 		t.Fatalf("/readyz body with the broker gone = %q", body)
 	}
-	if v, _ := series(t, reg, "dedupe_proxy_broker_connected", src); v != 0 {
+	if v, _ := testutil.Series(t, reg, "dedupe_proxy_broker_connected", src); v != 0 {
 		t.Fatalf("broker_connected = %v while disconnected, want 0", v)
 	}
 	if _, body := adminDo(t, p, "GET", "/metrics", ""); !strings.Contains(body, `dedupe_proxy_broker_connected{source="orders"} 0`+"\n") {
@@ -262,10 +232,10 @@ func TestReadyzFlipsWithBroker(t *testing.T) {
 		code, _ := adminDo(t, p, "GET", "/readyz", "")
 		return code == http.StatusOK
 	})
-	if v, _ := series(t, reg, "dedupe_proxy_broker_connected", src); v != 1 {
+	if v, _ := testutil.Series(t, reg, "dedupe_proxy_broker_connected", src); v != 1 {
 		t.Fatalf("broker_connected = %v after reconnecting, want 1", v)
 	}
-	if v, _ := series(t, reg, "dedupe_proxy_broker_reconnects_total", src); v < 1 {
+	if v, _ := testutil.Series(t, reg, "dedupe_proxy_broker_reconnects_total", src); v < 1 {
 		t.Fatalf("broker_reconnects_total = %v, want >= 1", v)
 	}
 }
@@ -397,7 +367,7 @@ func TestAdminKeysStatusAndForget(t *testing.T) {
 	if code, _ := adminDo(t, p, "GET", "/v1/keys/", "Bearer tok"); code != http.StatusBadRequest {
 		t.Errorf("empty key = %d, want 400", code)
 	}
-	if v, _ := series(t, p.d.Registry(), "dedupe_proxy_seenset_duration_seconds", map[string]string{"op": "forget"}); v != 2 {
+	if v, _ := testutil.Series(t, p.d.Registry(), "dedupe_proxy_seenset_duration_seconds", map[string]string{"op": "forget"}); v != 2 {
 		t.Errorf("forget ops observed = %v, want 2", v)
 	}
 }
@@ -437,13 +407,13 @@ func TestHealthGatingPausesAndResumes(t *testing.T) {
 	if code, body := adminDo(t, p, "GET", "/readyz", ""); code != http.StatusOK || !strings.Contains(body, "app: ok\n") {
 		t.Fatalf("/readyz = %d %q", code, body)
 	}
-	if v, _ := series(t, reg, "dedupe_proxy_app_up", map[string]string{}); v != 1 {
+	if v, _ := testutil.Series(t, reg, "dedupe_proxy_app_up", map[string]string{}); v != 1 {
 		t.Fatalf("app_up = %v", v)
 	}
 
 	up.Store(false)
 	testutil.Eventually(t, 5*time.Second, "app_up 0", func() bool {
-		v, _ := series(t, reg, "dedupe_proxy_app_up", map[string]string{})
+		v, _ := testutil.Series(t, reg, "dedupe_proxy_app_up", map[string]string{})
 		return v == 0
 	})
 	const n = 20
@@ -493,7 +463,7 @@ func TestHealthGatingShutdownRequeues(t *testing.T) {
 	p := h.start()
 	up.Store(false)
 	testutil.Eventually(t, 5*time.Second, "gate closed", func() bool {
-		v, _ := series(t, p.d.Registry(), "dedupe_proxy_app_up", map[string]string{})
+		v, _ := testutil.Series(t, p.d.Registry(), "dedupe_proxy_app_up", map[string]string{})
 		return v == 0
 	})
 	const n = 5

@@ -365,7 +365,7 @@ func TestRabbitConnectionCut(t *testing.T) {
 	if r := h.rabbit.Ready(h.queue); r != 0 {
 		t.Fatalf("queue holds %d messages after the cuts", r)
 	}
-	if rc := counter(t, p.d.Registry(), "dedupe_proxy_broker_reconnects_total", nil); rc < 3 {
+	if rc := testutil.Counter(t, p.d.Registry(), "dedupe_proxy_broker_reconnects_total", nil); rc < 3 {
 		t.Fatalf("reconnects = %v, want >= 3", rc)
 	}
 }

@@ -129,7 +129,7 @@ func TestWebhookToRabbitMQToApp(t *testing.T) {
 	}
 	deliverWithRedeliveries(t, addr, 10)
 	checkOneEffectEach(t, h.app, 10)
-	if got := counter(t, p.d.Registry(), "dedupe_proxy_webhook_accepted_total", map[string]string{"source": "hooks", "how": "enqueued"}); got != 10 {
+	if got := testutil.Counter(t, p.d.Registry(), "dedupe_proxy_webhook_accepted_total", map[string]string{"source": "hooks", "how": "enqueued"}); got != 10 {
 		t.Errorf("enqueued = %v, want 10", got)
 	}
 }
