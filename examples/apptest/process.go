@@ -12,7 +12,8 @@ import (
 
 // StartProcess runs cmd with LISTEN_ADDR (a free loopback port) and
 // DATABASE_URL set, waits until it answers /healthz, and stops it with
-// SIGTERM (SIGKILL after 10s) when t ends. Its output is shown if the
+// SIGTERM (SIGKILL after 10s, an error) when t ends, with a connection
+// open that has carried no request. Its output is shown if the
 // test fails.
 func StartProcess(t *testing.T, databaseURL string, cmd *exec.Cmd) string {
 	t.Helper()
@@ -31,6 +32,13 @@ func StartProcess(t *testing.T, databaseURL string, cmd *exec.Cmd) string {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
+		// A client may hold a connection it has sent nothing on yet (Go's
+		// HTTP client dials ahead of need); an app that waits for every
+		// connection to close never stops. CI once caught the Node example
+		// so, by chance: open one on every stop.
+		if c, err := net.Dial("tcp", addr); err == nil {
+			defer c.Close()
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:

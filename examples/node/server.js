@@ -137,7 +137,16 @@ async function handleOrder(req, res) {
   }
 }
 
+// Requests being handled, so that SIGTERM can wait for them and no longer.
+let inFlight = 0;
+let stopping = false;
+
 const server = http.createServer((req, res) => {
+  inFlight++;
+  res.on('close', () => {
+    inFlight--;
+    if (stopping) closeWhenDrained();
+  });
   const path = req.url.split('?')[0];
   if (req.method === 'POST' && path === '/orders') {
     handleOrder(req, res).catch((err) => reply(res, 503, { error: err.message }));
@@ -159,7 +168,18 @@ async function main() {
   server.listen(port, host, () => console.log(`listening on ${host}:${port}`));
   // Let requests in flight commit or roll back before exiting: the proxy
   // retries whatever gets no answer.
-  process.on('SIGTERM', () => server.close(() => pool.end().then(() => process.exit(0))));
+  process.on('SIGTERM', () => {
+    stopping = true;
+    server.close(() => pool.end().then(() => process.exit(0)));
+    closeWhenDrained();
+  });
+}
+
+// server.close() waits for every open connection, and a client may hold
+// one it has not sent a request on yet (Go's HTTP client dials ahead), which
+// Node does not count as idle: once no request is in flight, close them all.
+function closeWhenDrained() {
+  if (inFlight === 0) server.closeAllConnections();
 }
 
 main().catch((err) => {
