@@ -10,34 +10,6 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
 )
 
-// RedisOptions are a redis source's settings as the source takes them,
-// for the daemon and doctor alike; the consumer names the stream's
-// group (every replica of one consumer shares the entries, another
-// consumer reads them all). TLS, logger and metrics are the caller's.
-func (s Source) RedisOptions(consumer string) redisq.Options {
-	r := s.Redis
-	return redisq.Options{
-		Name:                     s.Name,
-		Addrs:                    r.Addrs,
-		URL:                      r.URL,
-		Username:                 r.Username,
-		Password:                 r.Password,
-		DB:                       r.DB,
-		Queue:                    r.Queue,
-		Stream:                   r.Stream,
-		Group:                    consumer,
-		BodyField:                r.BodyField,
-		ClaimIdle:                r.ClaimIdle,
-		MaxDeliveries:            r.MaxDeliveries,
-		DeadLetter:               r.DeadLetter,
-		Workers:                  r.Workers,
-		HeartbeatTTL:             r.HeartbeatTTL,
-		TakeBabelQueueProcessing: r.TakeBabelQueueProcessing,
-		ReconnectInitial:         r.ReconnectInitial,
-		ReconnectMax:             r.ReconnectMax,
-	}
-}
-
 // validateRedis checks a redis source block; at is its path.
 func (s *Source) validateRedis(at string, p *problems) {
 	r := s.Redis

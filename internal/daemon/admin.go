@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
-
-func tlsConfig() *tls.Config { return &tls.Config{MinVersion: tls.VersionTLS12} }
 
 // adminLimits bound what one client can hold of the admin server: a
 // connection that trickles its headers or body, reads its answer slowly or

@@ -223,74 +223,22 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 	switch sc.Type {
 	case "rabbitmq":
-		o := rabbitOptions(sc)
+		o := sc.RabbitMQOptions()
 		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
 		return rabbitmq.New(o), nil
 	case "redis":
-		r := sc.Redis
 		o := sc.RedisOptions(d.cfg.Consumer)
 		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
-		if r.TLS {
-			o.TLS = tlsConfig()
-		}
-		if r.Mode == "stream" {
+		if sc.Redis.Mode == "stream" {
 			return redisq.NewStream(o)
 		}
 		return redisq.New(o)
 	case "kafka":
-		o := kafkaOptions(sc)
+		o := sc.KafkaOptions()
 		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
 		return kafkasrc.New(o)
 	}
 	return nil, fmt.Errorf("unknown source type %q", sc.Type)
-}
-
-// rabbitOptions are a RabbitMQ source's options from its config, for
-// consuming it and for redriving its dead letters.
-func rabbitOptions(sc config.Source) rabbitmq.Options {
-	r := sc.RabbitMQ
-	return rabbitmq.Options{
-		Name:                 sc.Name,
-		URL:                  r.URL,
-		Queue:                r.Queue,
-		Prefetch:             r.Prefetch,
-		Workers:              r.Workers,
-		ConsumerTag:          r.ConsumerTag,
-		ReconnectInitial:     r.ReconnectInitial,
-		ReconnectMax:         r.ReconnectMax,
-		DeadLetterMode:       r.DeadLetter.Mode,
-		DeadLetterExchange:   r.DeadLetter.Exchange,
-		DeadLetterRoutingKey: r.DeadLetter.RoutingKey,
-		DeadLetterQueue:      r.DeadLetter.Queue,
-	}
-}
-
-// kafkaOptions are a Kafka source's options from its config, for
-// consuming it and for redriving its dead letters.
-func kafkaOptions(sc config.Source) kafkasrc.Options {
-	k := sc.Kafka
-	return kafkasrc.Options{
-		Name:              sc.Name,
-		Brokers:           k.Brokers,
-		Topics:            k.Topics,
-		Group:             k.Group,
-		GroupInstanceID:   k.GroupInstanceID,
-		Balancers:         k.Balancers,
-		StartOffset:       k.StartOffset,
-		IsolationLevel:    k.IsolationLevel,
-		Ordering:          k.Ordering,
-		MaxInFlight:       k.MaxInFlight,
-		BatchSize:         k.BatchSize,
-		CommitInterval:    k.CommitInterval,
-		CommitEvery:       k.CommitEvery,
-		SessionTimeout:    k.SessionTimeout,
-		HeartbeatInterval: k.HeartbeatInterval,
-		RebalanceTimeout:  k.RebalanceTimeout,
-		DeadLetterTopic:   k.DeadLetterTopic,
-		SASL:              kafkasrc.SASL{Mechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password},
-		TLS: kafkasrc.TLS{Enabled: k.TLS.Enabled, CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile,
-			KeyFile: k.TLS.KeyFile, InsecureSkipVerify: k.TLS.InsecureSkipVerify},
-	}
 }
 
 // NewStore builds the configured seen-set backend.
@@ -299,29 +247,7 @@ func NewStore(cfg *config.Config) (seenset.Store, error) {
 	case "memory":
 		return seenset.NewMemory(), nil
 	case "redis":
-		r := cfg.SeenSet.Redis
-		o := seenset.RedisOptions{
-			Addrs:        r.Addrs,
-			MasterName:   r.MasterName,
-			Username:     r.Username,
-			Password:     r.Password,
-			DB:           r.DB,
-			Prefix:       r.Prefix,
-			DialTimeout:  r.DialTimeout,
-			ReadTimeout:  r.ReadTimeout,
-			WriteTimeout: r.WriteTimeout,
-			PoolSize:     r.PoolSize,
-			WaitReplicas: r.WaitReplicas,
-			WaitTimeout:  r.WaitTimeout,
-			HashKeysOver: r.HashKeysOver,
-
-			SentinelUsername: r.SentinelUsername,
-			SentinelPassword: r.SentinelPassword,
-		}
-		if r.TLS {
-			o.TLS = tlsConfig()
-		}
-		return seenset.NewRedis(o)
+		return seenset.NewRedis(cfg.SeenSet.Redis.StoreOptions())
 	}
 	return nil, fmt.Errorf("unknown seen-set backend %q", cfg.SeenSet.Backend)
 }

@@ -33,7 +33,7 @@ func NewRedriver(cfg *config.Config, name string) (broker.Redriver, config.Sourc
 	var err error
 	switch sc.Type {
 	case "rabbitmq":
-		r, err = rabbitmq.NewRedriver(rabbitOptions(sc))
+		r, err = rabbitmq.NewRedriver(sc.RabbitMQOptions())
 		switch {
 		case errors.Is(err, broker.ErrNoDeadLetter):
 			return nil, sc, fmt.Errorf("source %s has no dead letters to redrive: %s.rabbitmq.dead_letter.mode is %s", name, at, sc.RabbitMQ.DeadLetter.Mode)
@@ -41,15 +41,12 @@ func NewRedriver(cfg *config.Config, name string) (broker.Redriver, config.Sourc
 			return nil, sc, fmt.Errorf("source %s: %s.rabbitmq.dead_letter.queue is not set: name the queue its dead letters end up in (mode %s routes them through an exchange, and AMQP cannot tell which queue that exchange feeds)", name, at, sc.RabbitMQ.DeadLetter.Mode)
 		}
 	case "kafka":
-		r, err = kafkasrc.NewRedriver(kafkaOptions(sc))
+		r, err = kafkasrc.NewRedriver(sc.KafkaOptions())
 		if errors.Is(err, broker.ErrNoDeadLetter) {
 			return nil, sc, fmt.Errorf("source %s has no dead letters to redrive: %s.kafka.dead_letter_topic is not set", name, at)
 		}
 	case "redis":
 		o := sc.RedisOptions(cfg.Consumer)
-		if sc.Redis.TLS {
-			o.TLS = tlsConfig()
-		}
 		if sc.Redis.Mode == "stream" {
 			r, err = redisq.NewStreamRedriver(o)
 		} else {

@@ -19,14 +19,9 @@ import (
 func (c *checker) kafkaSource(s config.Source) {
 	k := s.Kafka
 	check := fmt.Sprintf("kafka %s (source %s)", strings.Join(k.Brokers, ","), s.Name)
-	src, err := kafka.New(kafka.Options{
-		Name: s.Name, Brokers: k.Brokers, Topics: k.Topics, Group: k.Group,
-		SASL: kafka.SASL{Mechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password},
-		TLS: kafka.TLS{Enabled: k.TLS.Enabled, CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile,
-			KeyFile: k.TLS.KeyFile, InsecureSkipVerify: k.TLS.InsecureSkipVerify},
-		NetworkTimeout: c.timeout,
-		ClientID:       "dedupe-proxy-doctor",
-	})
+	o := s.KafkaOptions()
+	o.NetworkTimeout, o.ClientID = c.timeout, "dedupe-proxy-doctor"
+	src, err := kafka.New(o)
 	if err != nil {
 		c.add(Fail, check, "%v", err)
 		return

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"crypto/tls"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,15 +25,8 @@ func (c *checker) seenSet(cfg *config.Config) {
 	if r.MasterName != "" {
 		check = "redis sentinel master " + r.MasterName + " via " + strings.Join(r.Addrs, ",")
 	}
-	o := &redis.UniversalOptions{
-		Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
-		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
-		DialTimeout: min(r.DialTimeout, c.timeout), ReadTimeout: min(r.ReadTimeout, c.timeout), WriteTimeout: min(r.WriteTimeout, c.timeout),
-		PoolSize: 2, MaxRetries: -1, ContextTimeoutEnabled: true,
-	}
-	if r.TLS {
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
+	o := c.storeOptions(r).Universal()
+	o.MaxRetries = -1
 	cl := redis.NewUniversalClient(o)
 	defer cl.Close()
 	// The seen-set's own wrapper: its errors name the setting to fix (the
@@ -81,21 +73,22 @@ func (c *checker) seenSet(cfg *config.Config) {
 	}
 }
 
+// storeOptions are the seen-set's own options, bounded by doctor's
+// timeout, with a pool of two: doctor asks one thing at a time.
+func (c *checker) storeOptions(r config.Redis) seenset.RedisOptions {
+	o := r.StoreOptions()
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = min(o.DialTimeout, c.timeout), min(o.ReadTimeout, c.timeout), min(o.WriteTimeout, c.timeout)
+	o.PoolSize = 2
+	return o
+}
+
 // topology reports the deployment the servers describe (standalone,
 // Sentinel or Cluster; masters and their replicas) with the seen-set's own
 // Describe, so doctor and the proxy's start-up line agree; its warnings
 // (a master without a replica, a wait_replicas no master can meet, one
 // address of a Cluster) are doctor warnings.
 func (c *checker) topology(check string, r config.Redis) {
-	o := seenset.RedisOptions{
-		Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
-		SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
-		DialTimeout: min(r.DialTimeout, c.timeout), ReadTimeout: min(r.ReadTimeout, c.timeout), WriteTimeout: min(r.WriteTimeout, c.timeout),
-		PoolSize: 2, WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout,
-	}
-	if r.TLS {
-		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
+	o := c.storeOptions(r)
 	ctx, cancel := c.context()
 	defer cancel()
 	t, err := seenset.DescribeRedis(ctx, o)

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"crypto/tls"
 	"fmt"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
@@ -13,9 +12,6 @@ import (
 // only reads.
 func (c *checker) redisSource(s config.Source, consumer string) {
 	o := s.RedisOptions(consumer)
-	if s.Redis.TLS {
-		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
 	if s.Redis.Mode == "stream" {
 		c.redisStream(s, o)
 		return

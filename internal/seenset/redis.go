@@ -108,7 +108,15 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		// WAIT n 0 blocks for ever.
 		return nil, errors.New("seenset: redis: a replica wait needs a wait timeout of at least 1ms")
 	}
-	c := redis.NewUniversalClient(&redis.UniversalOptions{
+	c := redis.NewUniversalClient(o.Universal())
+	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: redisbatch.New(c, batchTimeout(o), o.WaitReplicas, o.WaitTimeout),
+		master: o.MasterName, addrs: o.Addrs, hashOver: o.HashKeysOver}, nil
+}
+
+// Universal is o as go-redis takes it: what NewRedis connects with, and
+// what a check of the same Redis (dedupe-proxy doctor) starts from.
+func (o RedisOptions) Universal() *redis.UniversalOptions {
+	return &redis.UniversalOptions{
 		Addrs:            o.Addrs,
 		MasterName:       o.MasterName,
 		Username:         o.Username,
@@ -124,9 +132,7 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		// Without this go-redis ignores the caller's deadline and waits out
 		// ReadTimeout; the pipeline bounds each store call by its context.
 		ContextTimeoutEnabled: true,
-	})
-	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: redisbatch.New(c, batchTimeout(o), o.WaitReplicas, o.WaitTimeout),
-		master: o.MasterName, addrs: o.Addrs, hashOver: o.HashKeysOver}, nil
+	}
 }
 
 // NewRedisWithClient wraps a client the caller already has (shared pool,
