@@ -115,7 +115,19 @@ func newRoot() *cobra.Command {
 	root.CompletionOptions.DisableDefaultCmd = true // ours is completionCommand, with its own help
 	root.SetHelpFunc(help)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usagef(c, "%s: %v", commandName(c), err)
+		msg := err.Error()
+		// The same nearness as an unknown config field's: --confg finds
+		// --config.
+		if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
+			var known []string
+			c.Flags().VisitAll(func(f *pflag.Flag) {
+				if !f.Hidden {
+					known = append(known, f.Name)
+				}
+			})
+			msg += config.DidYouMean(name, known, func(f string) string { return "--" + f })
+		}
+		return usagef(c, "%s: %s", commandName(c), msg)
 	})
 	root.SetHelpCommand(helpCmd(root))
 	root.AddCommand(

@@ -96,6 +96,8 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 		{[]string{"validate", "extra", "--config", cfg}, `validate: unexpected argument "extra"`, "Usage: dedupe-proxy validate --config FILE"},
 		{[]string{"validate"}, "validate: --config FILE is required (or set DEDUPE_PROXY_CONFIG)", "Usage: dedupe-proxy validate --config FILE"},
 		{[]string{"run", "--bogus"}, "run: unknown flag: --bogus", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
+		{[]string{"run", "--confg", cfg}, "run: unknown flag: --confg (did you mean --config?)", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
+		{[]string{"redrive", "--dryrun"}, "redrive: unknown flag: --dryrun (did you mean --dry-run?)", "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
 		{[]string{"run", "--config", cfg, "python3", "app.py"}, `run: unexpected argument "python3" (the app's command goes after --: run --config FILE -- python3 app.py)`, "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
 		{[]string{"run", "--config", cfg, "--"}, "run: no app command after --", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
 		{[]string{"run", "--config", cfg, "--app-ready-timeout", "5s"}, "run: --app-ready-timeout needs an app command after --", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},

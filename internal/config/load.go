@@ -143,7 +143,7 @@ func LoadWithOrigins(path string, environ []string) (*Config, Origins, error) {
 		}
 	}
 	for _, name := range unknown {
-		hint := didYouMean(name, settingVars, func(v string) string { return v })
+		hint := DidYouMean(name, settingVars, func(v string) string { return v })
 		errs = append(errs, fmt.Errorf("%s: environment variable matches no setting%s", name, hint))
 	}
 
@@ -326,7 +326,7 @@ func unknownKeys(m map[string]any, t reflect.Type, prefix string, skip ...string
 	for _, k := range names {
 		ft, ok := fields[k]
 		if !ok {
-			hint := didYouMean(k, known, func(f string) string { return joinPath(prefix, f) })
+			hint := DidYouMean(k, known, func(f string) string { return joinPath(prefix, f) })
 			out = append(out, fmt.Errorf("%s: unknown field%s", joinPath(prefix, k), hint))
 			continue
 		}

@@ -5,12 +5,12 @@ import (
 	"strings"
 )
 
-// didYouMean is " (did you mean X?)" for the known names nearest to typed
+// DidYouMean is " (did you mean X?)" for the known names nearest to typed
 // by edit distance, or "" when none is near enough to be a likely typo.
 // A name is near when its distance is at most 2 and at most half of
 // typed's length, so "ulr" finds "url" but "tls" does not find "url".
 // Several names at the same distance are all offered.
-func didYouMean(typed string, known []string, qualify func(string) string) string {
+func DidYouMean(typed string, known []string, qualify func(string) string) string {
 	best, picks := -1, []string(nil)
 	for _, k := range known {
 		d := editDistance(typed, k)

@@ -82,8 +82,8 @@ func TestDidYouMean(t *testing.T) {
 		{"mode", []string{"mode"}, " (did you mean mode?)"},
 		{"lsten", []string{"listen", "lstenx", "path"}, " (did you mean listen or lstenx?)"},
 	} {
-		if got := didYouMean(c.typed, c.known, id); got != c.want {
-			t.Errorf("didYouMean(%q, %v) = %q, want %q", c.typed, c.known, got, c.want)
+		if got := DidYouMean(c.typed, c.known, id); got != c.want {
+			t.Errorf("DidYouMean(%q, %v) = %q, want %q", c.typed, c.known, got, c.want)
 		}
 	}
 }
