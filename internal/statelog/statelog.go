@@ -67,7 +67,9 @@ func (t *Tracker) Down(err error) bool {
 }
 
 // Up records a success. After an outage, the "back" line follows once
-// no failure was seen for Settle.
+// no failure was seen for Settle. Call it on every success, not only the
+// first after a failure: a failure within Settle cancels the pending
+// line, and only a later Up arms it again.
 func (t *Tracker) Up() {
 	if t == nil || !t.down.Load() {
 		return

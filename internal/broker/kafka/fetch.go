@@ -109,19 +109,17 @@ func (l *link) fetchFailed(err error) {
 	l.failedAt, l.lastErr = time.Now(), err
 }
 
-// works records a success; mended is true when the link was broken,
-// recovered when anything had failed.
-func (l *link) works() (mended, recovered bool) {
+// works records a success; it reports whether the link was broken.
+func (l *link) works() (mended bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	recovered = !l.failedAt.IsZero()
 	l.failedAt, l.lastErr = time.Time{}, nil
 	if l.down {
 		l.down = false
 		close(l.up)
-		return true, recovered
+		return true
 	}
-	return false, recovered
+	return false
 }
 
 func (l *link) isDown() bool {
@@ -216,15 +214,15 @@ func (h *hooks) broke(meta kgo.BrokerMetadata, err error) {
 
 func (h *hooks) works() {
 	s := h.s
-	mended, recovered := s.link.works()
-	if mended {
+	if s.link.works() {
 		for _, p := range s.holding() {
 			p.renewLost()
 		}
 	}
-	if recovered {
-		s.fetching.Up()
-	}
+	// Every success, not only the first after a failure: a failure that
+	// comes while the "back" line waits out its Settle cancels that line,
+	// and only a later success arms it again (one atomic load when up).
+	s.fetching.Up()
 }
 
 // kgoLogger turns kgo's logging into slog lines, one level down: the
