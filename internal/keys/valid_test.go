@@ -1,0 +1,66 @@
+package keys
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+var validSeeds = []string{
+	``, ` `, `{}`, `[]`, `""`, `0`, `-0`, `1`, `-`, `01`, `-01`, `1.`, `.1`, `1.5`, `1e5`, `1E+5`, `1e-5`, `1e`, `1e+`,
+	`1.5e3`, `-1.0E-0`, `true`, `false`, `null`, `tru`, `truex`, `nul`, `True`, `NaN`, `Infinity`, `0x10`, `+1`,
+	`{"a":1}`, `{"a":1,}`, `{,}`, `{"a"}`, `{"a":}`, `{"a" : 1 , "b" : [1, 2, {"c": null}]}`, `{1:2}`, `{'a':1}`,
+	`[1,2]`, `[1,]`, `[,1]`, `[1 2]`, `[[[]]]`, `[[[]]`, `[]]`, `{]`, `[}`, `{"a":[}]`, `"a\"b"`, `"\u00e9"`,
+	`"\u00G0"`, `"\u00e"`, `"\x"`, `"\/"`, "\"\t\"", "\"\x7f\"", "\"\xff\xfe\"", "\"\xc3\"", `"abc`, `"\`,
+	"\ufeff{}", " \t\r\n{} \n", "{}\x00", "{} {}", `{"meta":{"id":"order-1"},"data":{"amount":12.5,"tags":["a","b"]}}`,
+	`{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}`,
+}
+
+// validJSON must accept exactly what json.Valid accepts: a body one
+// calls JSON and the other not would be forwarded, or dead-lettered,
+// against what the app's own parser says.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range validSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := validJSON(b), json.Valid(b); got != want {
+			t.Fatalf("validJSON(%q) = %v, json.Valid = %v", b, got, want)
+		}
+	})
+}
+
+// encoding/json refuses more than 10000 open containers.
+func TestValidJSONDepth(t *testing.T) {
+	for _, depth := range []int{maxDepth - 1, maxDepth, maxDepth + 1} {
+		for _, open := range []string{"[", `{"a":`} {
+			closeWith := "]"
+			if open != "[" {
+				closeWith = "}"
+			}
+			b := []byte(strings.Repeat(open, depth) + "1" + strings.Repeat(closeWith, depth))
+			if got, want := validJSON(b), json.Valid(b); got != want || want != (depth <= maxDepth) {
+				t.Errorf("depth %d of %q: validJSON %v, json.Valid %v", depth, open, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkValidJSON(b *testing.B) {
+	body := []byte(`{"job":"urn:bench:orders:created","meta":{"id":"key-12345","schema_version":1},"data":{"order_id":12345,"amount_cents":1999,"note":"` +
+		strings.Repeat("x", 150) + `"}}`)
+	b.Run("validJSON", func(b *testing.B) {
+		for b.Loop() {
+			if !validJSON(body) {
+				b.Fatal("invalid")
+			}
+		}
+	})
+	b.Run("json.Valid", func(b *testing.B) {
+		for b.Loop() {
+			if !json.Valid(body) {
+				b.Fatal("invalid")
+			}
+		}
+	})
+}
