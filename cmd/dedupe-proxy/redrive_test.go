@@ -468,12 +468,15 @@ sources:
   - name: storedown
     type: redis
     redis: {addrs: [%q], queue: %q, dead_letter: %q}
+  - name: kafkadown
+    type: kafka
+    kafka: {brokers: ["127.0.0.1:1"], topics: [events], group: g, dead_letter_topic: events.dead}
 `, rabbitDown.Addr(), testutil.RedisAddr(), queue, dead))
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--source", "nope"}, `redrive: no source named "nope" (the config has plain, events, jobs, hooks, down, redisdown, storedown)`},
+		{[]string{"--source", "nope"}, `redrive: no source named "nope" (the config has plain, events, jobs, hooks, down, redisdown, storedown, kafkadown)`},
 		{[]string{"--source", "plain"}, "redrive: source plain has no dead letters to redrive: sources[0].rabbitmq.dead_letter.mode is none"},
 		{[]string{"--source", "events"}, "redrive: source events has no dead letters to redrive: sources[1].kafka.dead_letter_topic is not set"},
 		{[]string{"--source", "jobs"}, "redrive: source jobs has no dead letters to redrive: sources[2].redis.dead_letter is not set"},
@@ -481,10 +484,16 @@ sources:
 		{[]string{"--source", "down"}, "redrive: connect to RabbitMQ: "},
 		{[]string{"--source", "redisdown"}, "redrive: redis: dial tcp 127.0.0.1:1: connect: connection refused"},
 		{[]string{"--source", "storedown", "--forget-keys"}, `redrive: seen-set: key "x-1": `},
+		{[]string{"--source", "kafkadown"}, "redrive: kafka brokers 127.0.0.1:1: not reachable: "},
+		{[]string{"--source", "kafkadown", "--dry-run"}, "redrive: kafka brokers 127.0.0.1:1: not reachable: "},
 	} {
 		code, out, errOut := cli(append([]string{"redrive", "--config", cfgPath}, c.args...)...)
 		if code != 1 || !strings.Contains(errOut, c.want) || lines(out, "moved ") != 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, out, errOut, c.want)
+		}
+		// A summary after a failure must not read as "nothing to move".
+		if strings.Contains(out, "dead letter(s)") && !strings.Contains(out, "stopped on an error") {
+			t.Errorf("%v: summary %q does not say the run stopped on an error", c.args, out)
 		}
 	}
 	if got := rdb.LRange(ctx, dead, 0, -1).Val(); len(got) != 1 || rdb.LLen(ctx, queue).Val() != 0 {

@@ -104,11 +104,13 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	res, err := o.Redriver.Redrive(ctx, ro)
 	sum.RedriveResult = res
-	fmt.Fprintln(o.Out, sum.line(o))
+	fmt.Fprintln(o.Out, sum.line(o, err))
 	return sum, err
 }
 
-func (s Summary) line(o Options) string {
+// line is the summary; a run that stopped on err says so, so that
+// "moved 0" is not read as "there was nothing to move".
+func (s Summary) line(o Options, err error) string {
 	var b strings.Builder
 	if o.DryRun {
 		fmt.Fprintf(&b, "redrive %s (dry run): would move %d dead letter(s); nothing changed", o.Source, s.Moved)
@@ -123,6 +125,9 @@ func (s Summary) line(o Options) string {
 	}
 	if s.More {
 		fmt.Fprintf(&b, "; --limit %d reached, more remain", o.Limit)
+	}
+	if err != nil {
+		b.WriteString("; stopped on an error, the rest not looked at")
 	}
 	return b.String()
 }
