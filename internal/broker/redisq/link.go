@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
 )
 
@@ -97,6 +99,51 @@ func (l *link) reconnect(ctx context.Context, p backoff.Policy, lost, failing st
 		if !backoff.Wait(ctx, nil, delay) {
 			return nil
 		}
+	}
+}
+
+// started marks a session consuming: Ready answers nil, a reconnect is
+// counted, and line is logged with attrs and, after an outage, how long
+// it lasted.
+func (l *link) started(reconnect bool, m *metrics.SourceMetrics, line string, attrs ...any) *session {
+	l.connected.Store(true)
+	if reconnect && m != nil {
+		m.Reconnects.Inc()
+	}
+	attrs = append(attrs, "reconnect", reconnect)
+	if !l.down.IsZero() {
+		attrs = append(attrs, "down_for", time.Since(l.down).Round(time.Millisecond).String())
+		l.down = time.Time{}
+	}
+	l.log.Info(line, attrs...)
+	return &session{lost: make(chan struct{}), failed: make(chan struct{})}
+}
+
+// wrongType is ErrWrongType for key, which should hold a kind ("list",
+// "stream"), when err is Redis's WRONGTYPE answer; nil otherwise.
+func wrongType(err error, key, kind string) error {
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		return nil
+	}
+	return fmt.Errorf("%w: %q is not a %s (%v); nothing is consumed until it is fixed", ErrWrongType, key, kind, err)
+}
+
+// refused records a server's answer that refused a read (WRONGTYPE and
+// its like: the connection is fine) as the problem Ready reports, logs
+// line at the first of a run, and waits retry's next delay: an operator
+// may be fixing the key. False when the session ended meanwhile.
+func (l *link) refused(ctx context.Context, stop <-chan struct{}, retry *backoff.Backoff, err error, line string) bool {
+	if l.problem.Swap(&err) == nil {
+		l.log.Error(line, "err", err)
+	}
+	return backoff.Wait(ctx, stop, retry.Next())
+}
+
+// reading clears the problem once a read works, logging line if there
+// was one.
+func (l *link) reading(line string) {
+	if l.problem.Swap(nil) != nil {
+		l.log.Info(line)
 	}
 }
 

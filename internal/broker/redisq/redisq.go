@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,17 +213,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 			return false, fmt.Errorf("take %s: %w", s.k.babelqueue, err)
 		}
 	}
-	ss := &session{lost: make(chan struct{}), failed: make(chan struct{})}
-	s.connected.Store(true)
-	if reconnect && s.o.Metrics != nil {
-		s.o.Metrics.Reconnects.Inc()
-	}
-	attrs := []any{"workers", s.o.Workers, "heartbeat_ttl", s.o.HeartbeatTTL.String(), "reconnect", reconnect}
-	if !s.down.IsZero() {
-		attrs = append(attrs, "down_for", time.Since(s.down).Round(time.Millisecond).String())
-		s.down = time.Time{}
-	}
-	s.log.Info("redis consuming", attrs...)
+	ss := s.started(reconnect, s.o.Metrics, "redis consuming", "workers", s.o.Workers, "heartbeat_ttl", s.o.HeartbeatTTL.String())
 
 	// The heartbeat outlives the workers: a handler still finishing on
 	// stop holds its element, and an expired heartbeat would let another
@@ -462,7 +451,7 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 		}
 		v, redelivered, err := s.reserve(ctx, proc)
 		if errors.Is(err, redis.Nil) {
-			s.clearProblem()
+			s.reading("redis: reserving again")
 			continue
 		}
 		if err != nil {
@@ -470,24 +459,18 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 				ss.fail(fmt.Errorf("reserve: %w", err))
 				return
 			}
-			// WRONGTYPE and its like: a server answer, not a broken
-			// connection. Nothing moved; say why on /readyz and retry,
-			// an operator may be fixing the key.
-			if strings.Contains(err.Error(), "WRONGTYPE") {
-				err = fmt.Errorf("%w: %q is not a list (%v); nothing is consumed until it is fixed", ErrWrongType, s.k.queue, err)
+			if e := wrongType(err, s.k.queue, "list"); e != nil {
+				err = e
 			} else {
 				err = fmt.Errorf("redis: reserve from %q: %w", s.k.queue, err)
 			}
-			if s.problem.Swap(&err) == nil {
-				s.log.Error("redis: cannot reserve", "err", err)
-			}
-			if !backoff.Wait(ctx, stop, retry.Next()) {
+			if !s.refused(ctx, stop, retry, err, "redis: cannot reserve") {
 				return
 			}
 			continue
 		}
 		retry.Reset()
-		s.clearProblem()
+		s.reading("redis: reserving again")
 		select {
 		case <-stop:
 			// Fetched but never handed out: the session's end gives the
@@ -503,12 +486,6 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 			Redelivered: redelivered,
 			Received:    time.Now(),
 		}})
-	}
-}
-
-func (s *Source) clearProblem() {
-	if s.problem.Swap(nil) != nil {
-		s.log.Info("redis: reserving again")
 	}
 }
 

@@ -319,10 +319,14 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	q.push(t, msgs...)
 	var mu sync.Mutex
 	acked := map[string]bool{}
+	ackErrs := map[string][]string{} // why each failed ack failed, for the failure message
 	c := consumeWith(t, redisq.Options{Addrs: []string{srv.Addr()}, Queue: q.name, Workers: 4, HeartbeatTTL: 3 * time.Second},
 		func(d broker.Delivery) error {
 			time.Sleep(50 * time.Millisecond)
 			if err := d.Ack(context.Background()); err != nil {
+				mu.Lock()
+				ackErrs[string(d.Message().Body)] = append(ackErrs[string(d.Message().Body)], err.Error())
+				mu.Unlock()
 				return nil // the server went away: the element stays reserved and is given back
 			}
 			mu.Lock()
@@ -344,11 +348,42 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	srv.Restart()
-	testutil.Eventually(t, 30*time.Second, "every message acked", func() bool {
+	allAcked := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(acked) == len(msgs)
-	})
+	}
+	for deadline := time.Now().Add(30 * time.Second); !allAcked(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			// Say where each message that was never acked is, so that a
+			// failure names its cause.
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			lists, _ := rdb.Keys(context.Background(), "*").Result()
+			where := map[string][]string{}
+			for _, l := range lists {
+				if vs, err := rdb.LRange(context.Background(), l, 0, -1).Result(); err == nil {
+					for _, v := range vs {
+						where[v] = append(where[v], l)
+					}
+				}
+			}
+			_ = rdb.Close()
+			delivered := map[string]int{}
+			for _, m := range c.messages() {
+				delivered[string(m.Body)]++
+			}
+			mu.Lock()
+			var missing []string
+			for _, m := range msgs {
+				if !acked[string(m)] {
+					missing = append(missing, fmt.Sprintf("%s: delivered %d time(s), failed acks %q, in lists %v",
+						m, delivered[string(m)], ackErrs[string(m)], where[string(m)]))
+				}
+			}
+			mu.Unlock()
+			t.Fatalf("timed out after 30s waiting for every message acked; %d not:\n%s", len(missing), strings.Join(missing, "\n"))
+		}
+	}
 	testutil.Eventually(t, 10*time.Second, "ready again", func() bool { return c.src.Ready() == nil })
 	c.stop(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})

@@ -114,22 +114,12 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 	// From the start of the stream, as Kafka's start_offset earliest: an
 	// existing group keeps its position.
 	if err := s.rdb.XGroupCreateMkStream(bg, s.o.Stream, s.o.Group, "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		if strings.HasPrefix(err.Error(), "WRONGTYPE") {
-			err = fmt.Errorf("%w: %q is not a stream (%v); nothing is consumed until it is fixed", ErrWrongType, s.o.Stream, err)
+		if e := wrongType(err, s.o.Stream, "stream"); e != nil {
+			err = e
 		}
 		return false, fmt.Errorf("create group %q: %w", s.o.Group, err)
 	}
-	ss := &session{lost: make(chan struct{}), failed: make(chan struct{})}
-	s.connected.Store(true)
-	if reconnect && s.o.Metrics != nil {
-		s.o.Metrics.Reconnects.Inc()
-	}
-	attrs := []any{"workers", s.o.Workers, "claim_idle", s.o.ClaimIdle.String(), "reconnect", reconnect}
-	if !s.down.IsZero() {
-		attrs = append(attrs, "down_for", time.Since(s.down).Round(time.Millisecond).String())
-		s.down = time.Time{}
-	}
-	s.log.Info("redis stream consuming", attrs...)
+	ss := s.started(reconnect, s.o.Metrics, "redis stream consuming", "workers", s.o.Workers, "claim_idle", s.o.ClaimIdle.String())
 
 	// Renewing outlives fetching and the workers: an entry a handler is
 	// still finishing on stop must not go idle and be taken over.
@@ -204,23 +194,18 @@ func (s *StreamSource) fetch(ctx context.Context, ss *session, stop <-chan struc
 				ss.fail(fmt.Errorf("read: %w", err))
 				return
 			}
-			if strings.HasPrefix(err.Error(), "WRONGTYPE") {
-				err = fmt.Errorf("%w: %q is not a stream (%v); nothing is consumed until it is fixed", ErrWrongType, s.o.Stream, err)
+			if e := wrongType(err, s.o.Stream, "stream"); e != nil {
+				err = e
 			} else {
 				err = fmt.Errorf("redis: read %q: %w", s.o.Stream, err)
 			}
-			if s.problem.Swap(&err) == nil {
-				s.log.Error("redis stream: cannot read", "err", err)
-			}
-			if !backoff.Wait(ctx, stop, retry.Next()) {
+			if !s.refused(ctx, stop, retry, err, "redis stream: cannot read") {
 				return
 			}
 			continue
 		}
 		retry.Reset()
-		if s.problem.Swap(nil) != nil {
-			s.log.Info("redis stream: reading again")
-		}
+		s.reading("redis stream: reading again")
 		for i, e := range es {
 			if e.count > int64(s.o.MaxDeliveries) && s.o.DeadLetter != "" {
 				s.deadLetterExhausted(ctx, ss, e)
