@@ -2,6 +2,7 @@ package config
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,12 +63,12 @@ func TestOptionsCarryEverySetting(t *testing.T) {
 			opts := reflect.ValueOf(c.options(filled))
 			for i := range opts.NumField() {
 				f := opts.Type().Field(i)
-				if f.IsExported() && opts.Field(i).IsZero() && !contains(c.notFromConfig, f.Name) {
+				if f.IsExported() && opts.Field(i).IsZero() && !slices.Contains(c.notFromConfig, f.Name) {
 					t.Errorf("option %s is not set from the config", f.Name)
 				}
 			}
 			for _, path := range leaves(filled, "") {
-				if contains(c.notOptions, path) {
+				if slices.Contains(c.notOptions, path) {
 					continue
 				}
 				one := reflect.New(filled.Type()).Elem()
@@ -79,15 +80,6 @@ func TestOptionsCarryEverySetting(t *testing.T) {
 			}
 		})
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // fill sets every leaf of v to a non-zero value.
