@@ -76,9 +76,23 @@ type Delivery interface {
 	Lost() <-chan struct{}
 }
 
-// Handler processes one delivery and settles it before returning. A Source
-// calls Handler from as many goroutines as its concurrency allows, and in
-// order for deliveries whose order it must keep (a Kafka partition).
+// GiveBacker is a Delivery whose broker counts deliveries toward a limit
+// of its own (a Redis stream's delivery count, read against
+// max_deliveries). GiveBack settles like Requeue, for a message that
+// never reached the app this time (stopped while its key was busy, the
+// seen-set or the app down): that delivery is not counted, so a dead
+// letter's count is one of attempts the app saw or could not take.
+type GiveBacker interface {
+	GiveBack(ctx context.Context) error
+}
+
+// Handler processes one delivery and settles it, before returning or,
+// handed on (the pipeline holds a message whose key is busy off the
+// source's worker), later: a source that stops waits for those too
+// (Unsettled) before it closes what they settle on. A Source calls
+// Handler from as many goroutines as its concurrency allows, and in order
+// for deliveries whose order it must keep (a Kafka partition, whose
+// handler never hands a delivery on).
 type Handler func(Delivery)
 
 // BatchHandler processes deliveries of one ordered stream (a Kafka

@@ -237,6 +237,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 
 	lost := make(chan struct{})
 	acks := newAcker(ch, s.log)
+	var out broker.Unsettled
 	var stopping atomic.Bool
 	var wg sync.WaitGroup
 	for range s.o.Workers {
@@ -249,7 +250,8 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 					_ = acks.nack(d.DeliveryTag, true)
 					continue
 				}
-				h(s.wrap(d, lost, pub, acks))
+				out.Add()
+				h(s.wrap(d, lost, pub, acks, &out))
 			}
 		}()
 	}
@@ -266,6 +268,11 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 			s.log.Warn("rabbitmq cancel consumer", "err", err)
 		}
 		<-workersDone
+		// Deliveries a handler handed on (a busy key waiting in the
+		// pipeline) are requeued on this channel, not by its closing.
+		if !out.Wait(broker.SettleGrace) {
+			s.log.Warn("rabbitmq: stopping with deliveries not settled; the broker requeues them when the channel closes", "waited", broker.SettleGrace.String())
+		}
 		acks.close(true)
 		return true, nil
 	case e := <-connClosed:
@@ -283,9 +290,10 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	return true, cause
 }
 
-func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *Publisher, acks *acker) *delivery {
+func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *Publisher, acks *acker, out *broker.Unsettled) *delivery {
 	ct := d.ContentType
 	return &delivery{
+		out:  out,
 		d:    d,
 		acks: acks,
 		src:  s,
@@ -316,14 +324,27 @@ type delivery struct {
 	// channel: a tag acked or nacked twice is unknown to RabbitMQ, which
 	// closes the channel (406) and with it every delivery in flight.
 	settled atomic.Bool
+	// out counts the session's unsettled deliveries; done is set once
+	// this one is counted settled.
+	out  *broker.Unsettled
+	done atomic.Bool
 }
 
 func (d *delivery) Message() *broker.Message { return &d.msg }
 func (d *delivery) Lost() <-chan struct{}    { return d.lost }
 
+// counted counts the delivery settled once a settle held (a failed dead
+// letter clears settled for the requeue that follows).
+func (d *delivery) counted() {
+	if d.settled.Load() {
+		d.out.Done(&d.done)
+	}
+}
+
 // Ack goes through the delivery's own channel: a tag acked on another
 // channel is unknown there, and RabbitMQ closes that channel (406).
 func (d *delivery) Ack(context.Context) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
@@ -331,6 +352,7 @@ func (d *delivery) Ack(context.Context) error {
 }
 
 func (d *delivery) Requeue(context.Context) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
@@ -338,6 +360,7 @@ func (d *delivery) Requeue(context.Context) error {
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}

@@ -231,6 +231,11 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	case <-ctx.Done():
 		close(stop)
 		workers.Wait()
+		// Deliveries a handler handed on (a busy key waiting in the
+		// pipeline) are requeued by it, before the list is given back.
+		if !ss.out.Wait(broker.SettleGrace) {
+			s.log.Warn("redis: stopping with deliveries not settled; they go back with the processing list", "waited", broker.SettleGrace.String())
+		}
 		s.connected.Store(false)
 		// Every handler returned: what is still reserved was fetched and
 		// never handed out, or not settled. Back to the head of the queue
@@ -254,6 +259,8 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 
 // session is what the deliveries of one session share.
 type session struct {
+	// out counts the deliveries handed out and not settled yet.
+	out    broker.Unsettled
 	lost   chan struct{} // closed once the session failed
 	failed chan struct{}
 	once   sync.Once
@@ -478,6 +485,7 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 			return
 		default:
 		}
+		ss.out.Add()
 		h(&delivery{s: s, ss: ss, msg: broker.Message{
 			Body:        v,
 			Source:      s.o.Name,
@@ -494,12 +502,22 @@ type delivery struct {
 	ss      *session
 	msg     broker.Message
 	settled atomic.Bool
+	done    atomic.Bool // counted settled in ss.out
+}
+
+// counted counts the delivery settled once a settle held (a failed dead
+// letter clears settled for the requeue that follows).
+func (d *delivery) counted() {
+	if d.settled.Load() {
+		d.ss.out.Done(&d.done)
+	}
 }
 
 func (d *delivery) Message() *broker.Message { return &d.msg }
 func (d *delivery) Lost() <-chan struct{}    { return d.ss.lost }
 
 func (d *delivery) Ack(ctx context.Context) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
@@ -507,6 +525,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 }
 
 func (d *delivery) Requeue(ctx context.Context) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
@@ -514,6 +533,7 @@ func (d *delivery) Requeue(ctx context.Context) error {
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}

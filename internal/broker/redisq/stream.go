@@ -135,6 +135,7 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 		go func() {
 			defer workers.Done()
 			for e := range work {
+				ss.out.Add()
 				h(s.delivery(ss, e))
 			}
 		}()
@@ -150,6 +151,11 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 	s.connected.Store(false)
 	close(stop)
 	workers.Wait()
+	// Deliveries a handler handed on (a busy key waiting in the pipeline)
+	// are requeued by it while their entries are still renewed.
+	if err == nil && !ss.out.Wait(broker.SettleGrace) {
+		s.log.Warn("redis stream: stopping with deliveries not settled; they are taken over after claim_idle", "waited", broker.SettleGrace.String())
+	}
 	close(stopRenew)
 	renewer.Wait()
 	if err == nil {
@@ -350,17 +356,26 @@ func (s *StreamSource) renewHeld(ctx context.Context) error {
 func (s *StreamSource) giveBack(ctx context.Context, es []entry) {
 	for _, e := range es {
 		s.release(e.id)
-		if err := s.idle(ctx, e.id); err != nil {
+		if err := s.idle(ctx, e, true); err != nil {
 			s.log.Debug("redis stream: give back", "id", e.id, "err", err)
 		}
 	}
 }
 
-// idle sets an entry's idle time to ClaimIdle; it reports
-// ErrNotReserved when the entry is no longer pending (acked elsewhere).
-func (s *StreamSource) idle(ctx context.Context, id string) error {
-	res, err := s.rdb.Do(ctx, "XCLAIM", s.o.Stream, s.o.Group, s.o.Replica, 0, id,
-		"IDLE", s.o.ClaimIdle.Milliseconds(), "JUSTID").Slice()
+// idle sets an entry's idle time to ClaimIdle, so that the next
+// XAUTOCLAIM of any replica takes it. Uncounted, its delivery count goes
+// back to what it was before this replica's read, which that XAUTOCLAIM
+// adds back: a message given back untried (fetched and never handed out,
+// or stopped before it reached the app) costs no delivery toward
+// max_deliveries. It reports ErrNotReserved when the entry is no longer
+// pending (acked elsewhere).
+func (s *StreamSource) idle(ctx context.Context, e entry, uncounted bool) error {
+	count := e.count
+	if uncounted {
+		count = max(e.count-1, 0)
+	}
+	res, err := s.rdb.Do(ctx, "XCLAIM", s.o.Stream, s.o.Group, s.o.Replica, 0, e.id,
+		"IDLE", s.o.ClaimIdle.Milliseconds(), "RETRYCOUNT", count, "JUSTID").Slice()
 	if err != nil {
 		return err
 	}
@@ -391,6 +406,8 @@ func (s *StreamSource) forgetConsumer(ctx context.Context) {
 // MaxDeliveries times without handing it out again.
 func (s *StreamSource) deadLetterExhausted(ctx context.Context, ss *session, e entry) {
 	d := s.delivery(ss, e)
+	ss.out.Add()
+	defer ss.out.Done(&d.done) // a failed dead letter is never handed out either
 	info := broker.DeadLetterInfo{Reason: "max deliveries", Attempts: int(e.count - 1)}
 	if err := d.DeadLetter(ctx, info); err != nil {
 		s.log.Warn("redis stream: dead-lettering an entry past max_deliveries failed; it stays pending", "id", e.id, "deliveries", e.count, "err", err)
@@ -436,12 +453,22 @@ type streamDelivery struct {
 	e       entry
 	msg     broker.Message
 	settled atomic.Bool
+	done    atomic.Bool // counted settled in ss.out
+}
+
+// counted counts the delivery settled once a settle held (a failed dead
+// letter clears settled for the requeue that follows).
+func (d *streamDelivery) counted() {
+	if d.settled.Load() {
+		d.ss.out.Done(&d.done)
+	}
 }
 
 func (d *streamDelivery) Message() *broker.Message { return &d.msg }
 func (d *streamDelivery) Lost() <-chan struct{}    { return d.ss.lost }
 
 func (d *streamDelivery) Ack(ctx context.Context) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
@@ -456,12 +483,19 @@ func (d *streamDelivery) Ack(ctx context.Context) error {
 	return nil
 }
 
-func (d *streamDelivery) Requeue(ctx context.Context) error {
+func (d *streamDelivery) Requeue(ctx context.Context) error { return d.requeue(ctx, false) }
+
+// GiveBack implements broker.GiveBacker: the entry goes back without
+// counting this delivery.
+func (d *streamDelivery) GiveBack(ctx context.Context) error { return d.requeue(ctx, true) }
+
+func (d *streamDelivery) requeue(ctx context.Context, uncounted bool) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
 	d.s.release(d.e.id)
-	if err := d.s.idle(ctx, d.e.id); err != nil {
+	if err := d.s.idle(ctx, d.e, uncounted); err != nil {
 		if errors.Is(err, ErrNotReserved) {
 			return fmt.Errorf("redis requeue %s: %w", d.e.id, err)
 		}
@@ -475,6 +509,7 @@ func (d *streamDelivery) Requeue(ctx context.Context) error {
 // Cluster slots): a failure between them leaves a dead letter and the
 // entry pending, to be dead-lettered again — twice, never lost.
 func (d *streamDelivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) error {
+	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -226,4 +227,68 @@ func TestStreamGroupDeletedIsCreatedAgain(t *testing.T) {
 		return false
 	})
 	testutil.Eventually(t, 5*time.Second, "ready", func() bool { return c.src.Ready() == nil })
+}
+
+// An entry given back untried (GiveBack: it never reached the app this
+// time, its key was busy) costs no delivery: however often, it is never
+// dead-lettered "max deliveries", and its delivery count stays that of
+// the first read (so it is not marked redelivered either).
+func TestStreamGiveBackCostsNoDelivery(t *testing.T) {
+	q := newQueue(t, testutil.RedisAddr())
+	group := testutil.UniqueName("dptest-group-")
+	ctx := context.Background()
+	if err := q.rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.name, Values: map[string]any{"body": "waiting"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var given atomic.Int32
+	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group,
+		ClaimIdle: 3 * time.Second, MaxDeliveries: 2, DeadLetter: q.dead},
+		func(d broker.Delivery) error {
+			if given.Add(1) <= 6 {
+				return d.(broker.GiveBacker).GiveBack(context.Background())
+			}
+			return d.Ack(context.Background())
+		})
+	testutil.Eventually(t, 20*time.Second, "acked after 6 give-backs", func() bool { return len(c.messages()) == 7 && q.pending(t, group) == 0 })
+	if n := q.rdb.XLen(ctx, q.dead).Val(); n != 0 {
+		t.Fatalf("%d dead letters after give-backs", n)
+	}
+	// Never at the app: the app is not told it may have seen it before.
+	for i, m := range c.messages() {
+		if m.Redelivered {
+			t.Errorf("delivery %d marked redelivered", i)
+		}
+	}
+}
+
+// A stopping source waits for a delivery its handler handed on (the
+// pipeline holds a busy key off the worker) and keeps renewing it: the
+// give-back lands before the session ends, so no other replica takes
+// it over after claim_idle with its count raised.
+func TestStreamStopWaitsForHandedOnDeliveries(t *testing.T) {
+	q := newQueue(t, testutil.RedisAddr())
+	group := testutil.UniqueName("dptest-group-")
+	ctx := context.Background()
+	if err := q.rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.name, Values: map[string]any{"body": "handed-on"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	handedOn := make(chan broker.Delivery, 1)
+	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: 3 * time.Second},
+		func(d broker.Delivery) error { handedOn <- d; return nil })
+	d := <-handedOn
+	stopped := make(chan struct{})
+	go func() { c.stop(t); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("the source stopped with a delivery handed on and not settled")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := d.(broker.GiveBacker).GiveBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-stopped
+	p, err := q.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.name, Group: group, Start: "-", End: "+", Count: 10}).Result()
+	if err != nil || len(p) != 1 || p[0].RetryCount != 0 {
+		t.Fatalf("pending %v (%v), want the entry with its read undone", p, err)
+	}
 }
