@@ -55,7 +55,7 @@
  *   T_CLAIM         claim.Protocol.Claim pipeline.work.claim seenset.Store.Claim
  *   T_CLAIM_RETRY   pipeline.work.claim pipeline.work.wait
  *   T_DUP_ACK       pipeline.work.loop pipeline.work.ack
- *   T_BUSY_REQUEUE  pipeline.work.loop pipeline.work.requeue
+ *   T_BUSY_WAIT     pipeline.work.loop pipeline.work.park pipeline.work.waitBusy
  *   T_FORWARD       pipeline.work.forward forward.Client.Do
  *   T_HOLD          claim.Protocol.Hold
  *   T_RENEW         claim.hold.tick seenset.Store.Renew
@@ -145,7 +145,7 @@
 
 mtype = {
 	T_DELIVER, T_NOT_BEFORE, T_TOKEN, T_CLAIM, T_CLAIM_RETRY, T_DUP_ACK,
-	T_BUSY_REQUEUE, T_FORWARD, T_HOLD, T_RENEW, T_RENEW_LOST, T_ANSWER,
+	T_BUSY_WAIT, T_FORWARD, T_HOLD, T_RENEW, T_RENEW_LOST, T_ANSWER,
 	T_ABANDON, T_TIMEOUT, T_CONNBREAK, T_HOLD_STOP, T_DECIDE, T_COMMIT,
 	T_ACK, T_RELEASE, T_KEEP, T_RETRY, T_CRASH, T_DUPLICATE, T_TICK,
 	T_EXPIRE, T_REPLICATE, T_FAILOVER, T_APP_WORK, T_APP_FAIL, T_APP_ANSWER,
@@ -175,14 +175,6 @@ byte r_st, r_own = NONE, r_lease;
 
 /* ---- the broker ---- */
 byte queued = 1;       /* deliveries waiting (the message, then redeliveries) */
-#ifdef LIVENESS
-/* A requeued delivery comes back after a tick: otherwise a busy key could
- * be requeued and redelivered for ever while no time passes. */
-byte requeued;
-#define REQUEUE requeued++
-#else
-#define REQUEUE queued++
-#endif
 bool held[NR];         /* the replica has a delivery */
 
 /* ---- the app: one slot per request open at it ---- */
@@ -361,8 +353,11 @@ claim:
 			atomic { ACKED_ONLY_EFFECTED; held[r] = false; STEP(T_DUP_ACK) };
 			goto next
 		:: res == BUSY ->
-			atomic { held[r] = false; REQUEUE; STEP(T_BUSY_REQUEUE) };
-			goto next
+			/* never requeued: the delivery stays held here and claims
+			 * again (a new token) once time may have passed */
+			waiting[r] = true;
+			atomic { waiting[r] = false; STEP(T_BUSY_WAIT) };
+			goto acquire
 		:: res == CLAIMED
 		fi;
 #ifdef BROKEN_COMMIT_FIRST
@@ -599,9 +594,6 @@ proctype World() {
 		:: else
 		fi;
 #endif
-#ifdef LIVENESS
-		queued = queued + requeued; requeued = 0;
-#endif
 		if :: nb[0] > 0 -> nb[0]-- :: else fi;
 		if :: nb[1] > 0 -> nb[1]-- :: else fi;
 		renewdue[0] = holding[0];
@@ -658,7 +650,7 @@ init {
 /* every delivery settled, and the work done: nothing waits at the broker,
  * no replica holds a delivery */
 #ifdef LIVENESS
-#define SETTLED (queued == 0 && requeued == 0 && !held[0] && !held[1] && recorded)
+#define SETTLED (queued == 0 && !held[0] && !held[1] && recorded)
 
 /* every message is eventually effected and every delivery acked */
 ltl eventually_effected { <> [] SETTLED }

@@ -57,6 +57,7 @@ type Metrics struct {
 	StoreDuration   *prometheus.HistogramVec
 	StoreErrors     *prometheus.CounterVec
 	InFlight        *prometheus.GaugeVec
+	BusyWaiting     *prometheus.GaugeVec
 	Reconnects      *prometheus.CounterVec
 	Connected       *prometheus.GaugeVec
 	AppUp           prometheus.Gauge
@@ -112,6 +113,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dedupe_proxy_inflight_messages",
 			Help: "Deliveries being processed now.",
+		}, []string{"source"}),
+		BusyWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedupe_proxy_busy_waiting_messages",
+			Help: "Deliveries held unacked in the proxy, off the source's workers, until their busy key (claimed by a request still open) can be claimed again.",
 		}, []string{"source"}),
 		Reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedupe_proxy_broker_reconnects_total",
@@ -172,7 +177,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.connected = &refreshed{GaugeVec: m.Connected}
 	if reg != nil {
 		reg.MustRegister(m.Messages, m.Events, m.ForwardDuration, m.AppResponses, m.StoreDuration, m.StoreErrors,
-			m.InFlight, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld,
+			m.InFlight, m.BusyWaiting, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld,
 			m.RedisReclaimed, m.RedisQueued, m.RedisReserved, m.SeenSetEvicting, m.SeenSetPersistent)
 		m.Webhook.register(reg)
 	}
@@ -194,6 +199,7 @@ func (m *Metrics) InitSource(source, kind string) {
 	}
 	m.ForwardDuration.WithLabelValues(source)
 	m.InFlight.WithLabelValues(source)
+	m.BusyWaiting.WithLabelValues(source)
 	m.Reconnects.WithLabelValues(source)
 	m.Connected.WithLabelValues(source)
 	if kind == "redis" {

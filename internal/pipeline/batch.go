@@ -77,7 +77,7 @@ func (p *Pipeline) batchItem(w *work, c aheadClaim, claimedAt time.Time, g *comm
 			ok := w.useAhead(c.token, claimedAt)
 			w.c.held = ""
 			if ok {
-				w.loop()
+				w.loop() // never hands off: a batch's source is ordered
 				return true
 			}
 		}

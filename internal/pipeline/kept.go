@@ -33,14 +33,21 @@ func (k *keptClaims) keep(key string, until time.Time) {
 // here reports whether this process left key claimed and its lease may
 // still run.
 func (k *keptClaims) here(key string) bool {
+	_, ok := k.until(key)
+	return ok
+}
+
+// until reports when the claim this process left on key runs out, if it
+// may still run.
+func (k *keptClaims) until(key string) (time.Time, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	t, ok := k.m[key]
 	if ok && time.Now().After(t) {
 		delete(k.m, key)
-		return false
+		return time.Time{}, false
 	}
-	return ok
+	return t, ok
 }
 
 // takenHere reports whether another claim of this process now holds key

@@ -16,7 +16,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -120,6 +120,10 @@ type Pipeline struct {
 	kept       keptClaims
 	// retry is the delivery policy's backoff (delivery.backoff_*).
 	retry backoff.Policy
+	// busy spaces the looks at a key busy elsewhere (see waiting.go).
+	busy backoff.Policy
+	// parked counts the deliveries in the sources' waiting rooms.
+	parked sync.WaitGroup
 }
 
 // New returns a Pipeline.
@@ -150,6 +154,7 @@ func New(o Options) *Pipeline {
 	}
 	p := &Pipeline{
 		retry:    backoff.Policy{Initial: o.BackoffInitial, Max: o.BackoffMax, Jitter: o.Jitter},
+		busy:     backoff.Policy{Initial: o.BusyDelay, Max: max(o.BusyDelay, o.Lease/3), Jitter: o.Jitter},
 		store:    statelog.New(o.Logger, storeDown, "seen-set reachable again"),
 		app:      app,
 		o:        o,
@@ -225,10 +230,7 @@ func (p *Pipeline) source(s SourceOptions) *source {
 func (p *Pipeline) handle(src *source, d broker.Delivery) {
 	w := &work{p: p, s: src, d: d, m: d.Message()}
 	src.m.inflight.Inc()
-	defer src.m.inflight.Dec()
-	defer w.dropLocal()
-	defer w.recoverPanic()
-	w.run()
+	w.guarded(w.run)
 }
 
 // recoverPanic keeps a bug that one message triggers from killing the
@@ -241,6 +243,7 @@ func (w *work) recoverPanic() {
 		return
 	}
 	p := w.p
+	w.panicked = true
 	w.event(metrics.EventPanic)
 	p.log.Error("panic while handling a message; recovered, the message is given back",
 		w.attrs(slog.Any("panic", r), slog.String("stack", string(debug.Stack())))...)
@@ -275,6 +278,8 @@ type source struct {
 	// otherwise log a line per message.
 	rules string
 	noKey *statelog.Limiter
+	// room holds the source's messages waiting for a busy key.
+	room waitingRoom
 	// queueMeta are the metadata headers of the last queue seen (a
 	// RabbitMQ source has one), by Redelivered: the same for every
 	// message of that queue, so built once and shared read-only.
@@ -288,6 +293,7 @@ type queueMeta struct {
 
 type boundMetrics struct {
 	inflight prometheus.Gauge
+	waiting  prometheus.Gauge
 	duration prometheus.Observer
 	results  map[string]prometheus.Counter
 	events   map[string]prometheus.Counter
@@ -297,6 +303,7 @@ type boundMetrics struct {
 func (p *Pipeline) bind(name string) *boundMetrics {
 	b := &boundMetrics{
 		inflight: p.m.InFlight.WithLabelValues(name),
+		waiting:  p.m.BusyWaiting.WithLabelValues(name),
 		duration: p.m.ForwardDuration.WithLabelValues(name),
 		results:  map[string]prometheus.Counter{},
 		events:   map[string]prometheus.Counter{},
@@ -532,7 +539,14 @@ func (w *work) requeue(why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w.settled = true
-	if err := w.d.Requeue(ctx); err != nil {
+	var err error
+	if g, ok := w.d.(broker.GiveBacker); ok && w.attempt == 0 && w.down == 0 && !w.panicked {
+		// Never at the app this time: not a delivery its broker counts.
+		err = g.GiveBack(ctx)
+	} else {
+		err = w.d.Requeue(ctx)
+	}
+	if err != nil {
 		w.event(metrics.EventSettleFailed)
 		w.p.log.Log(ctx, w.settleErrLevel(), "requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 type recDelivery struct {
@@ -200,7 +201,8 @@ func TestDrainRequeuesWaitingMessage(t *testing.T) {
 }
 
 // A key done already is acked without a forward; a key another owner
-// holds is requeued (RabbitMQ) without a forward.
+// holds is neither forwarded nor requeued (RabbitMQ): it waits, off the
+// worker, and is forwarded once the owner let go.
 func TestDuplicateAndBusy(t *testing.T) {
 	st := seenset.NewMemory()
 	ctx := context.Background()
@@ -218,7 +220,17 @@ func TestDuplicateAndBusy(t *testing.T) {
 	dup, busy := newRecDelivery("dup"), newRecDelivery("busy")
 	h(dup)
 	h(busy)
-	if f.n() != 0 || dup.settled()[0] != "ack" || busy.settled()[0] != "requeue" {
+	if f.n() != 0 || dup.settled()[0] != "ack" || len(busy.settled()) != 0 {
 		t.Fatalf("forwards %d, duplicate %v, busy %v", f.n(), dup.settled(), busy.settled())
+	}
+	if err := st.Release(ctx, stored+"busy", "other"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, "the busy message forwarded and acked", func() bool {
+		s := busy.settled()
+		return len(s) == 1 && s[0] == "ack"
+	})
+	if f.n() != 1 {
+		t.Fatalf("%d forwards, want 1", f.n())
 	}
 }

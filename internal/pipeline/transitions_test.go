@@ -281,34 +281,76 @@ func TestTransitionAbortWhileWaiting(t *testing.T) {
 	})
 }
 
-// A busy key: RabbitMQ requeues at once (another delivery finds it done
-// later); Kafka waits busy_delay and claims again, in place, until the
-// other owner lets go.
+// A busy key is never bounced through the broker. On RabbitMQ it waits
+// off the source's worker (the handler returns at once, the delivery
+// unsettled), on Kafka in place; both claim again after busy_delay, then
+// twice as long each time up to a third of the lease, and are forwarded
+// once the other owner lets go.
 func TestTransitionBusy(t *testing.T) {
+	for _, requeues := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			st := seenset.NewMemory()
+			ctx := context.Background()
+			if _, err := st.Claim(ctx, stored+"k", "other-replica", time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				time.Sleep(10 * time.Second)
+				_ = st.Release(ctx, stored+"k", "other-replica")
+			}()
+			app := &script{res: []forward.Result{ok}}
+			fx := newFixture(st, app, nil)
+			r := newRecDelivery("k")
+			returned := make(chan struct{})
+			go func() { fx.handler(requeues)(r); close(returned) }()
+			synctest.Wait()
+			waiting := promtest.ToFloat64(fx.m.BusyWaiting.WithLabelValues("s"))
+			select {
+			case <-returned:
+				if !requeues {
+					t.Fatal("kafka: the handler returned while the key was busy")
+				}
+			default:
+				if requeues {
+					t.Fatal("rabbitmq: the handler holds its worker while the key is busy")
+				}
+			}
+			if got := r.settled(); len(got) != 0 {
+				t.Fatalf("settled %v while the key was busy", got)
+			}
+			if want := map[bool]float64{true: 1, false: 0}[requeues]; waiting != want {
+				t.Fatalf("busy waiting gauge %v, want %v", waiting, want)
+			}
+			time.Sleep(time.Minute)
+			<-returned
+			wantOnly(t, r, "ack")
+			// Busy at 0 s, and at the looks 1, 3 and 7 s later; the look at
+			// 15 s claims it.
+			if app.n() != 1 || event(fx.m, metrics.EventBusy) != 4 {
+				t.Fatalf("%d forwards, %v busy events, want 1 and 4", app.n(), event(fx.m, metrics.EventBusy))
+			}
+			if w := promtest.ToFloat64(fx.m.BusyWaiting.WithLabelValues("s")); w != 0 {
+				t.Fatalf("busy waiting gauge %v after it was forwarded", w)
+			}
+		})
+	}
+}
+
+// A message waiting for a busy key is requeued as soon as the pipeline
+// drains: a shutdown never waits on it.
+func TestTransitionBusyDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := seenset.NewMemory()
-		ctx := context.Background()
-		if _, err := st.Claim(ctx, stored+"k", "other-replica", time.Hour); err != nil {
+		if _, err := st.Claim(context.Background(), stored+"k", "other-replica", time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		app := &script{res: []forward.Result{ok}}
-		fx := newFixture(st, app, nil)
+		fx := newFixture(st, &script{res: []forward.Result{ok}}, nil)
 		r := newRecDelivery("k")
 		fx.handler(true)(r)
+		time.Sleep(5 * time.Second)
+		fx.p.Drain()
+		synctest.Wait()
 		wantOnly(t, r, "requeue")
-
-		k := newRecDelivery("k")
-		var released atomic.Bool
-		go func() {
-			time.Sleep(10 * time.Second)
-			released.Store(true)
-			_ = st.Release(ctx, stored+"k", "other-replica")
-		}()
-		fx.handler(false)(k)
-		wantOnly(t, k, "ack")
-		if !released.Load() || app.n() != 1 || event(fx.m, metrics.EventBusy) < 10 {
-			t.Fatalf("released %v, %d forwards, %v busy events", released.Load(), app.n(), event(fx.m, metrics.EventBusy))
-		}
 	})
 }
 
@@ -326,8 +368,7 @@ func (a *slowApp) Do(context.Context, forward.Request) forward.Result {
 
 // A duplicate that arrives while this same replica forwards its original
 // waits here for the outcome and is acked as a duplicate — not requeued
-// to come back after busy_delay. A key another replica holds is still
-// requeued (TestTransitionBusy).
+// to come back after busy_delay.
 func TestTransitionBusyHereWaitsLocally(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		app := &slowApp{took: 5 * time.Second}
@@ -336,7 +377,8 @@ func TestTransitionBusyHereWaitsLocally(t *testing.T) {
 		first, dup := newRecDelivery("k"), newRecDelivery("k")
 		go h(first)
 		synctest.Wait() // the first is at the app
-		h(dup)
+		h(dup)          // waits off the worker
+		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		wantOnly(t, first, "ack")
 		wantOnly(t, dup, "ack")

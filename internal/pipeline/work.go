@@ -18,7 +18,7 @@ import (
 //	identify (size, key)
 //	  └─ acquire ─┬─ claimed ──▶ attempt ──▶ settle ─┬─ settled: done
 //	              ├─ duplicate ─▶ ack                └─ again: acquire
-//	              ├─ busy ──────▶ requeue (RabbitMQ) | wait, acquire (Kafka)
+//	              ├─ busy ──────▶ wait (off the worker where the source requeues), acquire
 //	              └─ stop ──────▶ (already requeued or given up)
 //
 // A message without a usable key, or with the store down and fail-open
@@ -58,6 +58,14 @@ type work struct {
 	// busyWait, after a lost claim, is closed when this process no longer
 	// holds or claims the key (nil: it neither held nor claimed it).
 	busyWait <-chan struct{}
+	// busyLooks counts the claims that found the key busy elsewhere; the
+	// next look is later each time (busyDelay).
+	busyLooks int
+	// parked: the delivery waits in the waiting room, off the worker.
+	parked bool
+	// panicked: a bug hit while handling it; its requeue counts as a
+	// delivery (a message that panics every time must reach max_deliveries).
+	panicked bool
 }
 
 // claimState is one message's claim on its key, as far as the message
@@ -154,8 +162,9 @@ func (w *work) halted() bool {
 	}
 }
 
-// run takes a delivery from the start.
-func (w *work) run() {
+// run takes a delivery from the start; it reports true when the delivery
+// was handed to the waiting room (see loop).
+func (w *work) run() (handedOff bool) {
 	p := w.p
 	if w.halted() {
 		w.releasePrior()
@@ -179,55 +188,75 @@ func (w *work) run() {
 		}
 		// Fail-open: work that cannot be identified is never dropped.
 	}
-	w.loop()
+	return w.loop()
 }
 
-// loop is acquire → attempt → settle until the delivery is settled.
-func (w *work) loop() {
+// loop is acquire → attempt → settle until the delivery is settled. It
+// reports true when it handed the delivery to the waiting room (a busy
+// key on a source that requeues): a goroutine of the waiting room then
+// owns it, and the caller must not touch it again.
+func (w *work) loop() (handedOff bool) {
 	for {
 		switch w.acquire() {
 		case stop:
-			return
+			return false
 		case duplicate:
 			w.ack(metrics.Duplicate)
-			return
+			return false
 		case busy:
 			w.event(metrics.EventBusy)
 			ch := w.busyWait
 			if ch == nil {
 				ch = w.p.locals.waitFor(w.full)
 			}
-			if ch != nil {
-				// This replica is forwarding the key: its outcome is
-				// moments away and will be known here, so wait for it
-				// (bounded: a claim whose lease ran out unrenewed is
-				// claimed again by whoever asks next) and look again.
-				if !w.waitOr(ch, w.p.o.Lease) {
-					w.requeue("stopped while the key was held here")
-					return
-				}
-				continue
-			}
-			if w.staleBusy && w.staleRetries < maxStaleRetries {
+			if ch == nil && w.staleBusy && w.staleRetries < maxStaleRetries {
 				// The holder here let go while this claim was on its
 				// way: the answer is stale, look again now.
 				w.staleRetries++
 				continue
 			}
-			// Another replica has it, or this one left it claimed after
-			// a request that may still run. RabbitMQ: give it back;
-			// another delivery (or this one later) finds it done or
-			// free. Kafka: the partition waits.
-			if w.s.Requeues || !w.wait(w.p.o.BusyDelay) {
-				w.requeue(w.busyReason())
-				return
+			// Never bounced through the broker: a requeue spends what the
+			// broker counts (a quorum queue's delivery limit, a stream's
+			// delivery count) and comes straight back. The message waits
+			// here, unacked, and claims again once the holder's claim can
+			// have ended — off the source's worker when it can.
+			if w.park(ch) {
+				return true
+			}
+			if !w.waitBusy(ch) {
+				w.requeue(w.busyStopReason(ch))
+				return false
 			}
 			continue
 		}
 		if w.settle(w.forward()) == settled {
-			return
+			return false
 		}
 	}
+}
+
+// waitBusy waits until the key found busy may be free: ch (this replica
+// holds or claims the key) is closed, or, for a key held elsewhere, the
+// next look is due. It reports false when the pipeline drains or the
+// delivery is lost.
+func (w *work) waitBusy(ch <-chan struct{}) bool {
+	if ch != nil {
+		// This replica is forwarding the key: its outcome is moments
+		// away and will be known here (bounded: a claim whose lease ran
+		// out unrenewed is claimed again by whoever asks next).
+		return w.waitOr(ch, w.p.o.Lease)
+	}
+	w.busyLooks++
+	return w.wait(w.p.busyDelay(w.full, w.busyLooks))
+}
+
+// busyStopReason is the requeue reason of a message stopped while its
+// key was busy.
+func (w *work) busyStopReason(ch <-chan struct{}) string {
+	if ch != nil {
+		return "stopped while the key was held here"
+	}
+	return "stopped while waiting: " + w.busyReason()
 }
 
 // acquire makes the message ready to forward: the app is up (gate), the
