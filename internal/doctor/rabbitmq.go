@@ -6,6 +6,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 )
 
@@ -62,10 +63,7 @@ func (c *checker) publishTarget(conn *amqp.Connection, check, exchange, routingK
 
 func (c *checker) rabbitDial(source, rawURL string) *amqp.Connection {
 	check := fmt.Sprintf("rabbitmq %s (source %s)", redactURL(rawURL), source)
-	conn, err := amqp.DialConfig(rawURL, amqp.Config{
-		Dial:       amqp.DefaultDial(c.timeout),
-		Properties: amqp.Table{"connection_name": "dedupe-proxy doctor"},
-	})
+	conn, err := rabbitmq.Dial(rawURL, "doctor", c.timeout)
 	if err != nil {
 		c.add(Fail, check, "cannot connect: %v", err)
 		return nil

@@ -25,14 +25,15 @@ func (c *checker) seenSet(cfg *config.Config) {
 	if r.MasterName != "" {
 		check = "redis sentinel master " + r.MasterName + " via " + strings.Join(r.Addrs, ",")
 	}
-	o := c.storeOptions(r).Universal()
-	o.MaxRetries = -1
-	cl := redis.NewUniversalClient(o)
-	defer cl.Close()
-	// The seen-set's own wrapper: its errors name the setting to fix (the
-	// sentinels refusing the credentials, for one).
-	sr := seenset.NewRedisWithClient(cl, r.Prefix)
+	// The seen-set's own client, as the proxy builds it: its errors name
+	// the setting to fix (the sentinels refusing the credentials, for one).
+	sr, err := seenset.NewRedis(c.storeOptions(r))
+	if err != nil {
+		c.add(Fail, check, "%v", err)
+		return
+	}
 	defer sr.Close()
+	cl := sr.Client()
 	ctx, cancel := c.context()
 	defer cancel()
 	if err := sr.Ping(ctx); err != nil {

@@ -113,6 +113,10 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		master: o.MasterName, addrs: o.Addrs, hashOver: o.HashKeysOver}, nil
 }
 
+// Client is the go-redis client r runs on (doctor reads the server's
+// version and topology through it).
+func (r *Redis) Client() redis.UniversalClient { return r.c }
+
 // Universal is o as go-redis takes it: what NewRedis connects with, and
 // what a check of the same Redis (dedupe-proxy doctor) starts from.
 func (o RedisOptions) Universal() *redis.UniversalOptions {

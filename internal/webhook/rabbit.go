@@ -84,7 +84,7 @@ func (s *RabbitSink) Run(ctx context.Context) {
 }
 
 func (s *RabbitSink) connect() (<-chan *amqp.Error, error) {
-	conn, err := amqp.DialConfig(s.url, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second), Heartbeat: 10 * time.Second})
+	conn, err := rabbitmq.Dial(s.url, "webhook", 2*time.Second)
 	if err != nil {
 		return nil, err
 	}

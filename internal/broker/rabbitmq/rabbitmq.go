@@ -175,16 +175,9 @@ func (s *Source) reconnect() backoff.Policy {
 // channel dies (error) or ctx is cancelled (nil), and only after every
 // worker has returned, so no handler outlives its channel unnoticed.
 func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) (connected bool, err error) {
-	conn, err := amqp.DialConfig(s.o.URL, amqp.Config{
-		Heartbeat: 10 * time.Second,
-		Locale:    "en_US",
-		Properties: amqp.Table{
-			"connection_name": "dedupe-proxy/" + s.o.Name,
-			"product":         "dedupe-proxy",
-		},
-	})
+	conn, err := Dial(s.o.URL, s.o.Name, 0)
 	if err != nil {
-		return false, fmt.Errorf("dial: %w", redactErr(err, s.o.URL))
+		return false, fmt.Errorf("dial: %w", err)
 	}
 	s.mu.Lock()
 	s.conn = conn

@@ -70,12 +70,9 @@ func (r *Redriver) Close() error { return nil }
 
 // Redrive implements broker.Redriver.
 func (r *Redriver) Redrive(ctx context.Context, o broker.RedriveOptions) (res broker.RedriveResult, err error) {
-	conn, err := amqp.DialConfig(r.o.URL, amqp.Config{
-		Dial:       amqp.DefaultDial(10 * time.Second),
-		Properties: amqp.Table{"connection_name": "dedupe-proxy redrive/" + r.o.Name},
-	})
+	conn, err := Dial(r.o.URL, "redrive/"+r.o.Name, 10*time.Second)
 	if err != nil {
-		return res, fmt.Errorf("connect to RabbitMQ: %w", redactErr(err, r.o.URL))
+		return res, fmt.Errorf("connect to RabbitMQ: %w", err)
 	}
 	defer conn.Close()
 	ready, err := passiveDeclare(conn, r.dlq)
