@@ -39,7 +39,15 @@ func execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Never nil: cobra reads os.Args when SetArgs was given nil.
-	root.SetArgs(append([]string{}, goFlagStyle(args)...))
+	args = goFlagStyle(args)
+	if file, ok := configWithoutCommand(args); ok {
+		// `dedupe-proxy --config F`, as other daemons start: name the
+		// command rather than print the overview.
+		fmt.Fprintf(stderr, "dedupe-proxy: no command given; to run the proxy: dedupe-proxy run --config %s\n", file)
+		fmt.Fprintf(stderr, "(every command: dedupe-proxy help)\n")
+		return 2
+	}
+	root.SetArgs(append([]string{}, args...))
 	cmd, err := root.ExecuteC()
 	var code exitCode
 	var ue *usageError
@@ -60,6 +68,18 @@ func execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", commandName(cmd), err)
 		return 1
 	}
+}
+
+// configWithoutCommand reports whether args are only --config FILE (no
+// command), and FILE.
+func configWithoutCommand(args []string) (string, bool) {
+	switch {
+	case len(args) == 2 && args[0] == "--config":
+		return args[1], true
+	case len(args) == 1 && strings.HasPrefix(args[0], "--config="):
+		return strings.TrimPrefix(args[0], "--config="), true
+	}
+	return "", false
 }
 
 // goFlagStyle keeps the spellings the command line accepted when it was
@@ -132,10 +152,7 @@ func newRoot() *cobra.Command {
 	root.SetHelpCommand(helpCmd(root))
 	root.AddCommand(
 		runCommand(),
-		configCommand("validate", validateHelp, func(c *cobra.Command, cfg *config.Config, _ config.Origins, path string) error {
-			validate(cfg, path, c.OutOrStdout())
-			return nil
-		}),
+		validateCommand(),
 		configGroup(),
 		configCommand("doctor", doctorHelp, func(c *cobra.Command, cfg *config.Config, _ config.Origins, _ string) error {
 			return runDoctor(cfg, c.OutOrStdout())
@@ -195,7 +212,12 @@ func configCommand(name, long string, do func(c *cobra.Command, cfg *config.Conf
 		Use:  name + " --config FILE",
 		Long: long,
 		Args: noArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				// validate FILE: the one command whose file may come
+				// as an argument (its Args allows it).
+				_ = c.Flags().Set("config", args[0])
+			}
 			cfg, origins, path, err := loadConfig(c)
 			if err != nil {
 				return err
@@ -204,6 +226,24 @@ func configCommand(name, long string, do func(c *cobra.Command, cfg *config.Conf
 		},
 	}
 	addConfigFlag(c.Flags())
+	return c
+}
+
+// validateCommand is `validate --config FILE`, or `validate FILE`.
+func validateCommand() *cobra.Command {
+	c := configCommand("validate", validateHelp, func(c *cobra.Command, cfg *config.Config, _ config.Origins, path string) error {
+		validate(cfg, path, c.OutOrStdout())
+		return nil
+	})
+	c.Args = func(c *cobra.Command, args []string) error {
+		switch {
+		case len(args) > 1:
+			return usagef(c, "validate: unexpected argument %q (one FILE, or --config FILE)", args[1])
+		case len(args) == 1 && c.Flags().Changed("config"):
+			return usagef(c, "validate: the file given twice, as %q and --config", args[0])
+		}
+		return nil
+	}
 	return c
 }
 
@@ -309,7 +349,12 @@ func configGroup() *cobra.Command {
 		Use:  "print --config FILE",
 		Long: configHelp,
 		Args: noArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				// validate FILE: the one command whose file may come
+				// as an argument (its Args allows it).
+				_ = c.Flags().Set("config", args[0])
+			}
 			cfg, origins, path, err := loadConfig(c)
 			if err != nil {
 				return err

@@ -93,7 +93,8 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 		line      string // the first line
 		usageLine string // the second
 	}{
-		{[]string{"validate", "extra", "--config", cfg}, `validate: unexpected argument "extra"`, "Usage: dedupe-proxy validate --config FILE"},
+		{[]string{"validate", "extra", "--config", cfg}, `validate: the file given twice, as "extra" and --config`, "Usage: dedupe-proxy validate --config FILE"},
+		{[]string{"validate", cfg, "extra"}, `validate: unexpected argument "extra" (one FILE, or --config FILE)`, "Usage: dedupe-proxy validate --config FILE"},
 		{[]string{"validate"}, "validate: --config FILE is required (or set DEDUPE_PROXY_CONFIG)", "Usage: dedupe-proxy validate --config FILE"},
 		{[]string{"run", "--bogus"}, "run: unknown flag: --bogus", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
 		{[]string{"run", "--confg", cfg}, "run: unknown flag: --confg (did you mean --config?)", "Usage: dedupe-proxy run --config FILE [--app-ready-timeout D] [-- APP [ARG...]]"},
@@ -396,6 +397,41 @@ sources:
 	for _, want := range []string{`"admin":"` + admin + `"`, `"webhooks":{"hooks":{"listen":"` + hooks + `","path":"/hooks"}}`} {
 		if !strings.Contains(start, want) {
 			t.Errorf("start line lacks %s:\n%s", want, log)
+		}
+	}
+}
+
+// What a newcomer types: validate FILE, and --config F with no command.
+func TestValidateFileAndConfigWithoutCommand(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	bad := strings.Join([]string{
+		"consumer: x", "app:", "  url: http://127.0.0.1:8080", "seenset:", "  redis:", "    addrs: [\"127.0.0.1:6379\"]",
+		"sources:", "  - name: orders", "    type: rabbit", "    rabbitmq:", "      url: 127.0.0.1:5672", "      queue: orders",
+	}, "\n")
+	if err := os.WriteFile(cfg, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb strings.Builder
+	if code := execute([]string{"validate", cfg}, strings.NewReader(""), &out, &errb); code != 1 {
+		t.Fatalf("validate FILE: exit %d, stderr %s", code, errb.String())
+	}
+	for _, want := range []string{`got "rabbit" (did you mean rabbitmq?)`} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("validate FILE: stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(bad, "type: rabbit", "type: rabbitmq", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	execute([]string{"validate", cfg}, strings.NewReader(""), &out, &errb)
+	if want := `got "127.0.0.1:5672"; write it as amqp://USER:PASSWORD@127.0.0.1:5672/`; !strings.Contains(errb.String(), want) {
+		t.Errorf("a host:port URL: stderr lacks %q:\n%s", want, errb.String())
+	}
+	for _, args := range [][]string{{"--config", cfg}, {"--config=" + cfg}, {"-config", cfg}} {
+		errb.Reset()
+		if code := execute(args, strings.NewReader(""), &out, &errb); code != 2 || !strings.Contains(errb.String(), "dedupe-proxy run --config "+cfg) {
+			t.Errorf("%v: exit %d, stderr %s", args, code, errb.String())
 		}
 	}
 }

@@ -48,7 +48,7 @@ func (p *problems) oneOf(path, v string, allowed ...string) {
 			quoted[i] = `""`
 		}
 	}
-	p.add(path, "must be one of %s, got %q", strings.Join(quoted, ", "), v)
+	p.add(path, "must be one of %s, got %q%s", strings.Join(quoted, ", "), v, DidYouMean(v, allowed, func(s string) string { return s }))
 }
 
 // Validate reports every invalid field, one line each, prefixed with its
@@ -219,7 +219,7 @@ func (s *Source) validate(at string, p *problems) {
 		r := s.RabbitMQ
 		at := at + ".rabbitmq"
 		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-			p.add(at+".url", "must be an amqp:// or amqps:// URL, got %q", redact(r.URL))
+			p.add(at+".url", "%s", amqpURLProblem(r.URL))
 		}
 		if r.Queue == "" {
 			p.add(at+".queue", "must be set")
@@ -391,11 +391,24 @@ func redactAddr(a string) string {
 	return scheme + "xxxxx" + a[at:]
 }
 
-// redact hides credentials (amqp://user:pass@…) in error messages.
+// redact hides credentials (amqp://user:pass@…) in error messages; an
+// unparsable one is shown with what precedes its '@' hidden, so that the
+// user sees what they wrote.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "<unparsable URL>"
+		return redactAddr(raw)
 	}
 	return u.Redacted()
+}
+
+// amqpURLProblem says what is wrong with an AMQP URL and how to write it.
+func amqpURLProblem(raw string) string {
+	msg := fmt.Sprintf("must be an amqp:// or amqps:// URL, got %q", redact(raw))
+	if !strings.Contains(raw, "://") && raw != "" {
+		// host:port, as most clients take it: name the scheme and the
+		// credentials it lacks.
+		msg += fmt.Sprintf("; write it as amqp://USER:PASSWORD@%s/ (amqp://guest:guest@%s/ on a local RabbitMQ)", redactAddr(raw), redactAddr(raw))
+	}
+	return msg
 }

@@ -111,7 +111,7 @@ func (s *Source) validateWebhook(at string, p *problems) {
 	switch t.Broker {
 	case "rabbitmq":
 		if u, err := url.Parse(t.RabbitMQ.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-			p.add(at+".target.rabbitmq.url", "must be an amqp:// or amqps:// URL, got %q", redact(t.RabbitMQ.URL))
+			p.add(at+".target.rabbitmq.url", "%s", amqpURLProblem(t.RabbitMQ.URL))
 		}
 		if t.RabbitMQ.Exchange == "" && t.RabbitMQ.RoutingKey == "" {
 			p.add(at+".target.rabbitmq", "needs an exchange or a routing_key (the default exchange routes by queue name)")
