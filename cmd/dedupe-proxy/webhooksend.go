@@ -23,7 +23,9 @@ the provider would (stripe trigger, svix's test send), so a config can be
 tried without the provider. --secret is env:VARIABLE, file:PATH or the
 secret itself; --body a file (- for stdin), by default a small event in
 the profile's shape whose id is --id (default evt_test_<random>). It
-prints the answer and exits 0 on a 2xx, 1 otherwise. generic-hmac takes
+prints the answer and exits 0 on a 2xx, 1 otherwise; a redirect (3xx) is
+never followed, since it would carry the signed request elsewhere: send
+names its Location and exits 1. generic-hmac takes
 the --generic-* flags, as the source's webhook.generic block.
 
   dedupe-proxy webhook send --profile stripe --secret env:STRIPE_WEBHOOK_SECRET --url http://127.0.0.1:8443/hooks/stripe
@@ -127,7 +129,11 @@ func sendWebhook(url string, h http.Header, body []byte, stdout, stderr io.Write
 	req.Header = h
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "dedupe-proxy-webhook-send")
-	resp, err := http.DefaultClient.Do(req)
+	// A provider posts once and never follows a redirect; following one
+	// would carry the signature headers and body to whatever origin the
+	// Location names and report that origin's answer as the source's.
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "webhook send: %v\n", err)
 		return exitCode(1)
@@ -137,6 +143,15 @@ func sendWebhook(url string, h http.Header, body []byte, stdout, stderr io.Write
 	fmt.Fprintf(stdout, "%s %s\n", resp.Proto, resp.Status)
 	if a := strings.TrimSpace(string(answer)); a != "" {
 		fmt.Fprintln(stdout, a)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		loc := resp.Header.Get("Location")
+		if loc == "" {
+			loc = "(no Location header)"
+		}
+		fmt.Fprintf(stderr, "webhook send: %s answered %s, a redirect to %s; not followed: point --url at the webhook source itself\n",
+			url, resp.Status, loc)
+		return exitCode(1)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return exitCode(1)

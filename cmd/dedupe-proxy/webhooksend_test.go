@@ -77,3 +77,35 @@ func TestWebhookSend(t *testing.T) {
 		t.Errorf("no secret: exit %d, %q", code, errOut)
 	}
 }
+
+// A redirect is never followed: the signature and body would go to another
+// origin, and that origin's 2xx would read as the source's. send exits 1 on
+// a 3xx and names the Location.
+func TestWebhookSendDoesNotFollowRedirects(t *testing.T) {
+	var mu sync.Mutex
+	var elsewhere []http.Header
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		elsewhere = append(elsewhere, r.Header.Clone())
+		mu.Unlock()
+	}))
+	t.Cleanup(other.Close)
+	target := other.URL + "/collect"
+	source := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(source.Close)
+	code, out, errOut := cli("webhook", "send", "--profile", webhook.ProfileStripe, "--secret", "whsec_test", "--url", source.URL+"/hooks/stripe")
+	if code != 1 {
+		t.Errorf("exit %d, want 1 (out %q, err %q)", code, out, errOut)
+	}
+	if !strings.Contains(out+errOut, "307") || !strings.Contains(out+errOut, target) {
+		t.Errorf("out %q, err %q: want the 307 and its Location %s named", out, errOut, target)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(elsewhere) != 0 {
+		t.Errorf("the redirect was followed: the other origin got %d request(s), signature header %q",
+			len(elsewhere), elsewhere[0].Get("Stripe-Signature"))
+	}
+}
