@@ -23,6 +23,10 @@ type Message struct {
 	MessageID string
 	// RecordKey is the Kafka record key (nil elsewhere).
 	RecordKey []byte
+	// BodyJSON is what is known of Body's syntax: JSONUnchecked until
+	// something read it (a key rule on the body does), so the body is
+	// checked once for the key and for the app's Content-Type.
+	BodyJSON JSONCheck
 
 	// Source is the configured source name; Kind is "rabbitmq", "kafka"
 	// or "redis".
@@ -36,6 +40,15 @@ type Message struct {
 	Redelivered bool
 	Received    time.Time
 }
+
+// JSONCheck says whether a message body is one JSON value.
+type JSONCheck uint8
+
+const (
+	JSONUnchecked JSONCheck = iota
+	JSONValid
+	JSONInvalid
+)
 
 // DeadLetterInfo says why a message is being dead-lettered; it travels with
 // the message in headers so an operator can decide on a redrive.

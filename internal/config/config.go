@@ -135,10 +135,14 @@ type Source struct {
 	// seenset.ttl the proxy warns at start: such a duplicate is forwarded
 	// again.
 	MaxRedeliveryDelay time.Duration `mapstructure:"max_redelivery_delay"`
-	RabbitMQ           RabbitMQ      `mapstructure:"rabbitmq"`
-	Kafka              Kafka         `mapstructure:"kafka"`
-	Redis              RedisSource   `mapstructure:"redis"`
-	Webhook            Webhook       `mapstructure:"webhook"`
+	// ContentType is the Content-Type the app gets for every message of
+	// the source, whatever the message says; empty: the message's own,
+	// else application/json for a JSON body, else application/octet-stream.
+	ContentType string      `mapstructure:"content_type"`
+	RabbitMQ    RabbitMQ    `mapstructure:"rabbitmq"`
+	Kafka       Kafka       `mapstructure:"kafka"`
+	Redis       RedisSource `mapstructure:"redis"`
+	Webhook     Webhook     `mapstructure:"webhook"`
 }
 
 // RedisSource consumes a Redis list (mode list, BabelQueue's reliable

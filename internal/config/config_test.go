@@ -90,6 +90,7 @@ func TestEnvOverridesEveryKindOfField(t *testing.T) {
 		"DEDUPE_PROXY_SOURCES_0_RABBITMQ_URL=amqp://u:p@rabbit:5672/",
 		"DEDUPE_PROXY_SOURCES_0_RABBITMQ_DEAD_LETTER_MODE=dlx",
 		"DEDUPE_PROXY_SOURCES_0_KEY=header:x-id,json:meta.id",
+		"DEDUPE_PROXY_SOURCES_0_CONTENT_TYPE=application/json; charset=utf-8",
 		"DEDUPE_PROXY_CONFIG=ignored-here",
 		// Kubernetes service links for a Service named dedupe-proxy.
 		"DEDUPE_PROXY_SERVICE_HOST=10.0.0.9",
@@ -120,6 +121,7 @@ func TestEnvOverridesEveryKindOfField(t *testing.T) {
 		{"sources[0].rabbitmq.dead_letter.mode", s.RabbitMQ.DeadLetter.Mode, "dlx"},
 		{"sources[0].rabbitmq.queue (from the file)", s.RabbitMQ.Queue, "orders"},
 		{"sources[0].key", s.Key, []string{"header:x-id", "json:meta.id"}},
+		{"sources[0].content_type", s.ContentType, "application/json; charset=utf-8"},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

@@ -1,13 +1,16 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"mime"
 	"net"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
@@ -190,6 +193,23 @@ func (c *Config) Validate() error {
 	return lineErrors(p)
 }
 
+// mediaType accepts a Content-Type header value: type/subtype and
+// parameters. mime.ParseMediaType alone takes a bare token ("json", as
+// Content-Disposition would) and trims a trailing newline.
+func mediaType(v string) error {
+	if strings.ContainsFunc(v, unicode.IsControl) {
+		return errors.New("control character")
+	}
+	mt, _, err := mime.ParseMediaType(v)
+	if err != nil {
+		return err
+	}
+	if typ, sub, ok := strings.Cut(mt, "/"); !ok || typ == "" || sub == "" {
+		return errors.New("no type/subtype")
+	}
+	return nil
+}
+
 func (s *Source) validate(at string, p *problems) {
 	if !nameRE.MatchString(s.Name) {
 		p.add(at+".name", "must be set to a name of letters, digits, '.', '_' or '-', got %q", s.Name)
@@ -211,6 +231,13 @@ func (s *Source) validate(at string, p *problems) {
 	}
 	if s.MaxRedeliveryDelay < 0 {
 		p.add(at+".max_redelivery_delay", "must not be negative (0: unknown), got %s", s.MaxRedeliveryDelay)
+	}
+	if s.ContentType != "" {
+		if err := mediaType(s.ContentType); err != nil {
+			p.add(at+".content_type", "must be a media type such as application/json, got %q (%v)", s.ContentType, err)
+		} else if s.Type == "webhook" {
+			p.add(at+".content_type", "is not used by a webhook source: the sender's own Content-Type is passed on")
+		}
 	}
 	switch s.Type {
 	case "webhook":

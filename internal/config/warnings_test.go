@@ -129,3 +129,24 @@ func TestWarningsTTLBelowLease(t *testing.T) {
 		t.Fatalf("ttl = lease: warnings = %v, want none", ws)
 	}
 }
+
+// content_type is a parseable media type; the error names the field. It
+// can be set from the environment like every other field.
+func TestContentTypeIsAMediaType(t *testing.T) {
+	c := Default()
+	c.Consumer = "c"
+	s := DefaultSource()
+	s.Name, s.RabbitMQ.Queue = "orders", "orders"
+	c.Sources = []Source{s}
+	for _, tc := range []struct {
+		ct string
+		ok bool
+	}{{"", true}, {"application/json", true}, {"application/vnd.acme+json; charset=utf-8", true},
+		{"json", false}, {"application/json; charset", false}, {"text/plain\n", false}} {
+		c.Sources[0].ContentType = tc.ct
+		err := c.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "sources[0].content_type: must be a media type")) {
+			t.Errorf("content_type %q: err = %v, want ok=%v", tc.ct, err, tc.ok)
+		}
+	}
+}

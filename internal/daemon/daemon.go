@@ -195,6 +195,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 			Name:                 sc.Name,
 			Kind:                 sc.Type,
 			Path:                 sc.Path,
+			ContentType:          sc.ContentType,
 			Keys:                 ex,
 			KeySpace:             sc.KeySpaceName(),
 			DeadLetterMissingKey: sc.OnMissingKey == "dead_letter",

@@ -100,7 +100,7 @@ func TestForwardedHeaders(t *testing.T) {
 	checks := map[string]string{
 		"Idempotency-Key":      "hdr-1",
 		"X-Dedupe-Attempt":     "1",
-		"Content-Type":         "application/octet-stream",
+		"Content-Type":         "application/json", // no content_type property, a JSON body
 		"X-Dedupe-Source":      "orders",
 		"X-Dedupe-Queue":       h.queue,
 		"X-Dedupe-Redelivered": "false",

@@ -81,8 +81,9 @@ type Options struct {
 }
 
 // Run checks everything cfg names. It never changes anything: queues,
-// exchanges and topics are looked up passively, listen addresses are
-// bound and released at once.
+// exchanges and topics are looked up passively (a RabbitMQ queue's
+// arguments are read through declares the server always refuses), listen
+// addresses are bound and released at once.
 func Run(ctx context.Context, cfg *config.Config, o Options) Report {
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second

@@ -118,6 +118,7 @@ func TestAllGood(t *testing.T) {
 	has(t, r, doctor.OK, "rabbitmq queue "+e.queue+" (source orders)", "exists: 0 messages ready, 0 consumers")
 	has(t, r, doctor.OK, "rabbitmq dead letters (source orders)", "exchange "+e.ex+" exists")
 	has(t, r, doctor.OK, "rabbitmq dead letters (source refunds)", "queue "+e.dlq+" exists")
+	has(t, r, doctor.OK, "rabbitmq delivery limit (source orders)", "queue type classic (no x-queue-type argument): no delivery limit")
 	has(t, r, doctor.OK, "kafka topic events (source events)", "exists: 3 partitions")
 	has(t, r, doctor.OK, "kafka dead-letter topic events-dlq (source events)", "exists")
 	has(t, r, doctor.OK, "kafka group ", "no member yet")
@@ -292,4 +293,26 @@ func TestKafkaGroupWithMember(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A quorum queue with x-delivery-limit and no dead-letter exchange drops
+// a message past the limit: doctor reads the queue's arguments over AMQP
+// (no management plugin) and warns, naming the limit and what it could
+// not read (policies). With a dead-letter exchange it is fine, and dead
+// letters in mode dlx are found there.
+func TestQuorumDeliveryLimitWithoutDeadLetterExchange(t *testing.T) {
+	e := newEnv(t)
+	limited := e.rabbit.Queue("doctor-quorum-", amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(10)})
+	dlxd := e.rabbit.Queue("doctor-quorum-dlx-", amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(10), "x-dead-letter-exchange": e.ex})
+	c := e.config(t)
+	c.Sources[0].RabbitMQ.Queue = limited
+	c.Sources[0].RabbitMQ.DeadLetter = config.RabbitDeadLetter{Mode: "dlx"}
+	c.Sources[1].RabbitMQ.Queue = dlxd
+	c.Sources[1].RabbitMQ.DeadLetter = config.RabbitDeadLetter{Mode: "dlx"}
+	r, _ := run(t, c)
+	has(t, r, doctor.Warn, "rabbitmq delivery limit (source orders)", "quorum queue, x-delivery-limit 10, and no x-dead-letter-exchange argument: RabbitMQ drops a message past its delivery limit")
+	has(t, r, doctor.Warn, "rabbitmq delivery limit (source orders)", "AMQP cannot read")
+	has(t, r, doctor.Warn, "rabbitmq dead letters (source orders)", "has no x-dead-letter-exchange argument")
+	has(t, r, doctor.OK, "rabbitmq delivery limit (source refunds)", fmt.Sprintf("dead-letter exchange %q", e.ex))
+	has(t, r, doctor.OK, "rabbitmq dead letters (source refunds)", fmt.Sprintf("has x-dead-letter-exchange %q", e.ex))
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // rabbitSource checks a RabbitMQ source: the connection, its queue (a
-// passive declare, which also gives the consumer count) and where its
+// passive declare, which also gives the consumer count), what RabbitMQ
+// does with a message past the queue's delivery limit, and where its
 // dead letters go.
 func (c *checker) rabbitSource(s config.Source) {
 	r := s.RabbitMQ
@@ -21,8 +22,22 @@ func (c *checker) rabbitSource(s config.Source) {
 	}
 	defer conn.Close()
 	check := fmt.Sprintf("rabbitmq queue %s (source %s)", r.Queue, s.Name)
-	if q, ok := c.passiveQueue(conn, check, r.Queue); ok {
+	q, exists := c.passiveQueue(conn, check, r.Queue)
+	if exists {
 		c.add(OK, check, "exists: %d messages ready, %d consumers", q.Messages, q.Consumers)
+	}
+	var args rabbitmq.QueueArgs
+	argsErr := errors.New("the queue does not exist")
+	if exists {
+		args, argsErr = rabbitmq.ReadQueueArgs(conn, r.Queue)
+		check = fmt.Sprintf("rabbitmq delivery limit (source %s)", s.Name)
+		if argsErr != nil {
+			c.add(Warn, check, "not checked: cannot read queue %s's arguments (%v); a quorum queue drops a message past its delivery limit (RabbitMQ 4.x: 20 by default) unless it has a dead-letter exchange: check with `rabbitmqctl list_queues name arguments policy effective_policy_definition`", r.Queue, argsErr)
+		} else if risk, finding := args.DeliveryLimitRisk(serverVersion(conn)); risk {
+			c.add(Warn, check, "%s", finding)
+		} else {
+			c.add(OK, check, "%s", finding)
+		}
 	}
 	dl := r.DeadLetter
 	check = fmt.Sprintf("rabbitmq dead letters (source %s)", s.Name)
@@ -30,11 +45,22 @@ func (c *checker) rabbitSource(s config.Source) {
 	case "none":
 		c.add(OK, check, "mode none: a message that fails for good is requeued, not dead-lettered")
 	case "dlx":
-		// A queue's arguments and policies cannot be read over AMQP.
-		c.add(Warn, check, "mode dlx: cannot check over AMQP that queue %s has a dead-letter exchange (x-dead-letter-exchange argument or policy); without one, rejected messages are dropped by RabbitMQ — check with `rabbitmqctl list_queues name arguments policy`", r.Queue)
+		switch {
+		case argsErr == nil && args.HasDeadLetterExchange:
+			c.add(OK, check, "mode dlx: queue %s has x-dead-letter-exchange %q (whether it routes anywhere is not checked)", r.Queue, args.DeadLetterExchange)
+		case argsErr == nil:
+			c.add(Warn, check, "mode dlx: queue %s has no x-dead-letter-exchange argument; unless a policy sets one (AMQP cannot read policies), rejected messages are dropped by RabbitMQ — check with `rabbitmqctl list_queues name arguments policy`", r.Queue)
+		default:
+			c.add(Warn, check, "mode dlx: cannot check that queue %s has a dead-letter exchange (x-dead-letter-exchange argument or policy); without one, rejected messages are dropped by RabbitMQ — check with `rabbitmqctl list_queues name arguments policy`", r.Queue)
+		}
 	case "publish":
 		c.publishTarget(conn, check, dl.Exchange, dl.RoutingKey)
 	}
+}
+
+func serverVersion(conn *amqp.Connection) string {
+	v, _ := conn.Properties["version"].(string)
+	return v
 }
 
 // publishTarget checks where a publish with exchange and routing key
@@ -68,8 +94,7 @@ func (c *checker) rabbitDial(source, rawURL string) *amqp.Connection {
 		c.add(Fail, check, "cannot connect: %v", err)
 		return nil
 	}
-	v, _ := conn.Properties["version"].(string)
-	c.add(OK, check, "connected (RabbitMQ %s)", v)
+	c.add(OK, check, "connected (RabbitMQ %s)", serverVersion(conn))
 	return conn
 }
 

@@ -197,6 +197,7 @@ func (e *Extractor) Specs() []string { return e.specs }
 // why the last rule failed ("absent", "empty", "not a string or number",
 // "too long", "invalid utf-8", "unpaired surrogate escape", "control
 // characters", "ambiguous header", "body is not JSON"), for metrics and logs.
+// A rule that reads the body records in m.BodyJSON whether it is JSON.
 func (e *Extractor) Key(m *broker.Message) (key, why string) {
 	var doc *jsonDoc
 	why = "absent"
@@ -207,6 +208,10 @@ func (e *Extractor) Key(m *broker.Message) (key, why string) {
 		case ruleJSON, ruleTemplate:
 			if doc == nil {
 				doc = parseDoc(m.Body)
+				m.BodyJSON = broker.JSONValid
+				if doc.invalid {
+					m.BodyJSON = broker.JSONInvalid
+				}
 			}
 			if r.kind == ruleJSON {
 				v, miss = doc.scalar(r.path)
@@ -279,6 +284,8 @@ type jsonDoc struct {
 	body   []byte
 	notObj bool
 	null   bool
+	// invalid: the body is not JSON at all (notObj is set too).
+	invalid bool
 }
 
 func parseDoc(body []byte) *jsonDoc {
@@ -286,7 +293,7 @@ func parseDoc(body []byte) *jsonDoc {
 	i := skipWS(body, 0)
 	switch {
 	case !validJSON(body):
-		d.notObj = true
+		d.notObj, d.invalid = true, true
 	case i < len(body) && body[i] == 'n':
 		d.null = true // "null" decodes to an empty object: every path absent
 	case i >= len(body) || body[i] != '{':

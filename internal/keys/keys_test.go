@@ -307,3 +307,32 @@ func FuzzScalarMatchesDecoding(f *testing.F) {
 		}
 	})
 }
+
+// A rule that reads the body records whether it is JSON, so the app's
+// Content-Type needs no second pass; one that does not leaves it unchecked.
+func TestKeyRecordsWhetherTheBodyIsJSON(t *testing.T) {
+	byJSON, err := Parse([]string{"json:meta.id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byHeader, err := Parse([]string{"header:bq-message-id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ex   *Extractor
+		body string
+		want broker.JSONCheck
+	}{
+		{byJSON, `{"meta":{"id":"a"}}`, broker.JSONValid},
+		{byJSON, `[1,2]`, broker.JSONValid},
+		{byJSON, `{"meta":`, broker.JSONInvalid},
+		{byHeader, `{"meta":{"id":"a"}}`, broker.JSONUnchecked},
+	} {
+		m := &broker.Message{Body: []byte(tc.body), Headers: map[string]string{"bq-message-id": "h"}}
+		tc.ex.Key(m)
+		if m.BodyJSON != tc.want {
+			t.Errorf("%v on %s: BodyJSON %d, want %d", tc.ex.Specs(), tc.body, m.BodyJSON, tc.want)
+		}
+	}
+}

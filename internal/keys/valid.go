@@ -4,6 +4,9 @@ package keys
 // document with more than this many open objects and arrays.
 const maxDepth = 10000
 
+// IsJSON reports whether b is one JSON value, as encoding/json.Valid.
+func IsJSON(b []byte) bool { return validJSON(b) }
+
 // validJSON reports whether b is one JSON value, exactly as json.Valid
 // does: its grammar, bytes of 0x80 and above inside strings taken as they
 // are (no UTF-8 check), and nesting deeper than maxDepth refused. It is

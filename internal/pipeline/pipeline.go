@@ -85,7 +85,11 @@ type SourceOptions struct {
 	KeySpace string
 	// Path is appended to the app URL.
 	Path string
-	Keys *keys.Extractor
+	// ContentType is the app's Content-Type for every message of the
+	// source (sources[].content_type); "" lets each message say
+	// (contentType).
+	ContentType string
+	Keys        *keys.Extractor
 	// DeadLetterMissingKey dead-letters messages without a usable key
 	// instead of forwarding them without dedupe.
 	DeadLetterMissingKey bool
@@ -388,7 +392,7 @@ func (w *work) forward() forward.Result {
 	req := forward.Request{
 		Path:           w.s.Path,
 		Body:           w.m.Body,
-		ContentType:    w.m.ContentType,
+		ContentType:    w.contentType(),
 		IdempotencyKey: w.key,
 		Attempt:        w.attempt,
 		Meta:           w.metaHeaders(),

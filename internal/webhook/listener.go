@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -88,6 +89,9 @@ func (l *Listener) Run(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(l.path, l.h)
+	if l.path != "/" {
+		mux.HandleFunc("/", l.notFound)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: l.readTimeout,
@@ -121,6 +125,24 @@ func (l *Listener) Run(ctx context.Context) error {
 	stopSink()
 	wg.Wait()
 	return err
+}
+
+// notFound answers a request outside the source's path. A sender
+// configured with a wrong URL sees only the status in its delivery log;
+// naming the path taken turns a silent 404 into the fix.
+func (l *Listener) notFound(w http.ResponseWriter, r *http.Request) {
+	takes := "POST " + l.path
+	if strings.HasSuffix(l.path, "/") {
+		takes += " (and the paths under it)"
+	}
+	path := r.URL.Path
+	if len(path) > 256 {
+		path = path[:256] + "..."
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusNotFound)
+	fmt.Fprintf(w, "404 no webhook at %q: this listener takes %s\n", path, takes)
 }
 
 // Close closes the listener and the sink; safe to call twice.

@@ -66,6 +66,9 @@ type Source struct {
 	conn *amqp.Connection
 	// down is when consuming stopped, zero while it runs; Run's own.
 	down time.Time
+	// limitChecked: the first session's start line said what the queue
+	// does past its delivery limit; Run's own.
+	limitChecked bool
 }
 
 var _ broker.Source = (*Source)(nil)
@@ -226,7 +229,17 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 		attrs = append(attrs, "down_for", time.Since(s.down).Round(time.Millisecond).String())
 		s.down = time.Time{}
 	}
+	var limitRisk string
+	if !s.limitChecked {
+		s.limitChecked = true
+		var finding string
+		finding, limitRisk = deliveryLimitFinding(conn, s.o.Queue)
+		attrs = append(attrs, "delivery_limit", finding)
+	}
 	s.log.Info("rabbitmq consuming", attrs...)
+	if limitRisk != "" {
+		s.log.Warn("rabbitmq queue drops messages past its delivery limit", "delivery_limit", limitRisk)
+	}
 
 	lost := make(chan struct{})
 	acks := newAcker(ch, s.log)
@@ -281,6 +294,24 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	_ = conn.Close()
 	<-workersDone
 	return true, cause
+}
+
+// deliveryLimitFinding says what RabbitMQ does with a message of queue
+// past its delivery limit, for the start line, and risk repeats it when a
+// message may be dropped. A quorum queue counts every requeue, the
+// proxy's own included, and drops past the limit unless a dead-letter
+// exchange takes the message.
+func deliveryLimitFinding(conn *amqp.Connection, queue string) (finding, risk string) {
+	args, err := ReadQueueArgs(conn, queue)
+	if err != nil {
+		return "not checked: cannot read the queue's arguments (" + err.Error() + "); a quorum queue drops a message past its delivery limit (RabbitMQ 4.x: 20 by default) unless it has a dead-letter exchange", ""
+	}
+	version, _ := conn.Properties["version"].(string)
+	dropped, finding := args.DeliveryLimitRisk(version)
+	if dropped {
+		return finding, finding
+	}
+	return finding, ""
 }
 
 func (s *Source) wrap(d amqp.Delivery, lost chan struct{}, pub *Publisher, acks *acker, out *broker.Unsettled) *delivery {
