@@ -138,6 +138,10 @@ type Options struct {
 	IsolationLevel string
 	// Ordering is OrderingPartition (default) or OrderingKey.
 	Ordering string
+	// OrderKey (OrderingKey) is the key a message without a record key
+	// is ordered by: the daemon gives the source's dedupe key. "" (or a
+	// nil OrderKey) leaves the message in no order with any other.
+	OrderKey func(*broker.Message) string
 	// MaxInFlight (OrderingKey) bounds the messages of the source at the
 	// handler at once, and how many fetched messages of one partition may
 	// wait behind its oldest unfinished one. Default 64.
@@ -200,6 +204,7 @@ type Source struct {
 	// joining inside kgo.NewClient, so its first callbacks may run before
 	// NewClient returned: each callback stores the client it was given.
 	h      broker.BatchHandler
+	set    broker.SetHandler
 	runCtx context.Context
 	cl     atomic.Pointer[kgo.Client]
 
@@ -398,11 +403,18 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 	})
 }
 
-var _ broker.BatchSource = (*Source)(nil)
+var _ broker.SetSource = (*Source)(nil)
 
-// RunBatches is Run with a BatchHandler.
+// RunBatches is Run with a BatchHandler. In OrderingKey each message of
+// a set is handed to h alone, on a goroutine of its own.
 func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
-	s.h, s.runCtx = h, ctx
+	return s.RunSets(ctx, h, nil)
+}
+
+// RunSets is RunBatches with a SetHandler for OrderingKey, which gets
+// fetched messages of a partition whose keys differ together.
+func (s *Source) RunSets(ctx context.Context, h broker.BatchHandler, set broker.SetHandler) error {
+	s.h, s.set, s.runCtx = h, set, ctx
 	cl, err := kgo.NewClient(s.groupOpts()...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
@@ -550,7 +562,7 @@ func (s *Source) assigned(_ context.Context, cl *kgo.Client, added map[string][]
 			}
 			p := newPartition(s, cl, t, id)
 			s.parts[tp] = p
-			p.start(s.runCtx, s.h)
+			p.start(s.runCtx, s.h, s.set)
 			names = append(names, t+"/"+strconv.Itoa(int(id)))
 		}
 	}
