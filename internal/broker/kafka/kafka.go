@@ -27,13 +27,15 @@
 // Ordering. OrderingPartition (the default) hands a partition's messages
 // to the handler in offset order: to a BatchHandler (RunBatches) up to
 // BatchSize at a time, as many as were already fetched, to a Handler (Run)
-// one at a time. OrderingKey lets messages of one partition with
-// different record keys run concurrently, while messages with the same
-// record key stay strictly in offset order (and all messages without a
-// record key are ordered among themselves). MaxInFlight bounds both the
-// handlers running at once across the source and how far past its oldest
-// unfinished message a partition reads (so how much is delivered again
-// after a crash).
+// one at a time. OrderingKey keeps order per key only: a message waits
+// for the earlier messages of its record key, or without one of its
+// OrderKey (the daemon's dedupe key), and a message with neither waits
+// for nothing. Ready messages of different keys are handed to a
+// SetHandler together (RunSets), up to BatchSize, each holding one of
+// MaxInFlight slots until it is settled, so a slow one holds only its
+// key. MaxInFlight bounds both the handlers running at once across the
+// source and how far past its oldest unfinished message a partition
+// reads (so how much is delivered again after a crash).
 //
 // Offsets. A tracker per partition follows which handed-out messages are
 // finished (acked or dead-lettered). The source commits, for every
