@@ -463,6 +463,9 @@ func TestKafkaKeylessHangHoldsOnlyItsKey(t *testing.T) {
 		return http.StatusOK
 	})
 	p := h.start()
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the proxy stops, should the test fail
 	var recs []kafkatest.Record
 	for pt := range parts {
 		for i := range per {
@@ -484,7 +487,7 @@ func TestKafkaKeylessHangHoldsOnlyItsKey(t *testing.T) {
 	if c := h.committed()[0]; c != 3 {
 		t.Fatalf("partition 0 committed at %d while offset 3 is unfinished", c)
 	}
-	close(release)
+	let()
 	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committedTotal() == parts*per })
 	if d := p.result(t, "duplicate"); d != 1 {
 		t.Fatalf("%v duplicates, want 1 (the redelivered id)", d)

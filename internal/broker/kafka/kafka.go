@@ -33,9 +33,9 @@
 // for nothing. Ready messages of different keys are handed to a
 // SetHandler together (RunSets), up to BatchSize, each holding one of
 // MaxInFlight slots until it is settled, so a slow one holds only its
-// key. MaxInFlight bounds both the handlers running at once across the
-// source and how far past its oldest unfinished message a partition
-// reads (so how much is delivered again after a crash).
+// key. MaxInFlight bounds the handlers running at once across the
+// source, ReadAhead how far past its oldest unfinished message a
+// partition reads (so how much is delivered again after a crash).
 //
 // Offsets. A tracker per partition follows which handed-out messages are
 // finished (acked or dead-lettered). The source commits, for every
@@ -145,9 +145,13 @@ type Options struct {
 	// nil OrderKey) leaves the message in no order with any other.
 	OrderKey func(*broker.Message) string
 	// MaxInFlight (OrderingKey) bounds the messages of the source at the
-	// handler at once, and how many fetched messages of one partition may
-	// wait behind its oldest unfinished one. Default 64.
+	// handler at once. Default 64.
 	MaxInFlight int
+	// ReadAhead (OrderingKey) bounds how many messages of one partition
+	// are read past its oldest unfinished one: the commit waits behind
+	// that message, so they are what a crash delivers again. Default
+	// 1024.
+	ReadAhead int
 	// BatchSize (OrderingPartition) is the most messages of one partition
 	// handed to a BatchHandler at once: those already fetched, never
 	// waiting for more. Default 32; 1 hands them over one by one.
@@ -256,6 +260,7 @@ func New(o Options) (*Source, error) {
 		o.Balancers = DefaultBalancers
 	}
 	defaultInt(&o.MaxInFlight, 64)
+	defaultInt(&o.ReadAhead, 1024)
 	defaultInt(&o.BatchSize, 32)
 	defaultInt(&o.CommitEvery, 500)
 	defaultDuration(&o.CommitInterval, time.Second)

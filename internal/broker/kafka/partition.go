@@ -248,7 +248,7 @@ func (p *partition) run(ctx context.Context, h broker.BatchHandler) {
 // lane); the worker hands out, together, up to BatchSize ready messages
 // of different keys, as many as the source has MaxInFlight slots free
 // for, and each holds its slot until it is settled. The partition reads
-// at most MaxInFlight messages past its oldest unfinished one: those are
+// at most ReadAhead messages past its oldest unfinished one: those are
 // what a crash delivers again, and what the commit mark waits behind. A
 // message without any key waits for nobody.
 func (p *partition) runKeyed(ctx context.Context, h broker.BatchHandler, set broker.SetHandler) {
@@ -282,7 +282,7 @@ func (p *partition) nextReady(ctx context.Context) []*delivery {
 		if len(ready) > 0 {
 			return ready
 		}
-		if room := p.s.o.MaxInFlight - p.track.window(); room > 0 {
+		if room := p.s.o.ReadAhead - p.track.window(); room > 0 {
 			if recs := p.takeNow(min(p.s.o.BatchSize, room)); len(recs) > 0 {
 				if ready := p.intoLanes(recs); len(ready) > 0 {
 					return ready

@@ -292,7 +292,7 @@ func TestKeyOrdering(t *testing.T) {
 }
 
 // In key mode, a message that does not finish holds the commit at its
-// offset while later messages of other keys finish; max_in_flight stops
+// offset while later messages of other keys finish; read_ahead stops
 // reading further; once it finishes the commit jumps past everything.
 func TestCommitNeverPassesUnfinished(t *testing.T) {
 	c := kafkatest.Start(t, 1, []string{"orders"})
@@ -303,7 +303,7 @@ func TestCommitNeverPassesUnfinished(t *testing.T) {
 	c.Produce(t, "orders", recs...)
 	o := options(c, "orders")
 	o.Ordering = kafka.OrderingKey
-	o.MaxInFlight = 10
+	o.ReadAhead = 10
 	release := make(chan struct{})
 	var handled atomic.Int64
 	start(t, o, func(d broker.Delivery) {
@@ -326,7 +326,7 @@ func TestCommitNeverPassesUnfinished(t *testing.T) {
 		t.Fatalf("committed %d while offset 3 is unfinished, want 3", got)
 	}
 	if h := handled.Load(); h != 12 {
-		t.Fatalf("%d handled: max_in_flight 10 should stop reading after offset 12", h)
+		t.Fatalf("%d handled: read_ahead 10 should stop reading after offset 12", h)
 	}
 	close(release)
 	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 30)))
