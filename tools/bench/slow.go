@@ -74,13 +74,12 @@ type slowApp struct {
 	hang time.Duration
 	stop chan struct{}
 
-	mu      sync.Mutex
-	ok      map[string]int
-	first   time.Time
-	last    time.Time
-	hung    int
-	failed  int
-	waiting sync.WaitGroup
+	mu     sync.Mutex
+	ok     map[string]int
+	first  time.Time
+	last   time.Time
+	hung   int
+	failed int
 }
 
 func startSlowApp(hang time.Duration) (*slowApp, error) {
