@@ -48,6 +48,10 @@
 // that verifies and publishes with confirms; -only webhook runs them
 // alone.
 //
+// Then the Kafka slow-app section (slow.go): keyless records drained by
+// two proxies into an app that hangs 1% of messages for 12 s and answers
+// 5% with 500, once per ordering mode; -only slow runs it alone.
+//
 // Then the Kafka failover section (failover.go): how long partitions
 // stall when one of two proxies is stopped, killed, killed in a burst or
 // crash-looping;
