@@ -122,6 +122,21 @@ type BatchSource interface {
 	RunBatches(ctx context.Context, h BatchHandler) error
 }
 
+// SetHandler processes deliveries that need no order among them — a
+// Kafka partition in key order hands over, together, fetched messages
+// whose keys differ — and settles each before it returns, except on
+// shutdown or when the deliveries were lost. It may forward them all at
+// once, so that a slow or failing one holds only itself; seeing them
+// together lets it claim their keys in one seen-set round trip.
+type SetHandler func([]Delivery)
+
+// SetSource is a BatchSource that can also hand over sets. A caller that
+// has both handlers uses RunSets instead of RunBatches.
+type SetSource interface {
+	BatchSource
+	RunSets(ctx context.Context, h BatchHandler, set SetHandler) error
+}
+
 // Source consumes from one broker destination.
 type Source interface {
 	// Name is the configured source name.

@@ -230,6 +230,7 @@ type Kafka struct {
 	IsolationLevel    string        `mapstructure:"isolation_level"`
 	Ordering          string        `mapstructure:"ordering"`
 	MaxInFlight       int           `mapstructure:"max_in_flight"`
+	ReadAhead         int           `mapstructure:"read_ahead"`
 	BatchSize         int           `mapstructure:"batch_size"`
 	CommitInterval    time.Duration `mapstructure:"commit_interval"`
 	CommitEvery       int           `mapstructure:"commit_every"`
@@ -388,6 +389,7 @@ func DefaultSource() Source {
 			IsolationLevel:    "read_committed",
 			Ordering:          "partition",
 			MaxInFlight:       64,
+			ReadAhead:         1024,
 			BatchSize:         32,
 			CommitInterval:    time.Second,
 			CommitEvery:       500,

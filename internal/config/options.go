@@ -52,6 +52,7 @@ func (s Source) KafkaOptions() kafka.Options {
 		IsolationLevel:    k.IsolationLevel,
 		Ordering:          k.Ordering,
 		MaxInFlight:       k.MaxInFlight,
+		ReadAhead:         k.ReadAhead,
 		BatchSize:         k.BatchSize,
 		CommitInterval:    k.CommitInterval,
 		CommitEvery:       k.CommitEvery,

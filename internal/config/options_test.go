@@ -21,7 +21,8 @@ func TestOptionsCarryEverySetting(t *testing.T) {
 		block any
 		// options maps a filled block to the options.
 		options func(block reflect.Value) any
-		// notFromConfig are option fields the caller sets, or tuning
+		// notFromConfig are option fields the caller sets (the daemon
+		// sets OrderKey from the key rules), or tuning
 		// the config does not expose.
 		notFromConfig []string
 		// notOptions are config fields read elsewhere (what to build).
@@ -40,7 +41,7 @@ func TestOptionsCarryEverySetting(t *testing.T) {
 			block:   Kafka{},
 			options: func(b reflect.Value) any { return Source{Name: "s", Kafka: b.Interface().(Kafka)}.KafkaOptions() },
 			notFromConfig: []string{"ClientID", "NetworkTimeout", "RetryBackoff", "RetryBackoffMax", "FetchMaxWait",
-				"DeadLetterTimeout", "Logger", "Metrics"},
+				"DeadLetterTimeout", "Logger", "Metrics", "OrderKey"},
 		},
 		{
 			name:  "redis source",

@@ -292,6 +292,7 @@ func (s *Source) validate(at string, p *problems) {
 		p.oneOf(at+".isolation_level", k.IsolationLevel, "read_committed", "read_uncommitted")
 		p.oneOf(at+".ordering", k.Ordering, "partition", "key")
 		p.atLeast(at+".max_in_flight", k.MaxInFlight, 1)
+		p.atLeast(at+".read_ahead", k.ReadAhead, 1)
 		p.atLeast(at+".batch_size", k.BatchSize, 1)
 		p.positive(at+".commit_interval", k.CommitInterval)
 		p.atLeast(at+".commit_every", k.CommitEvery, 1)

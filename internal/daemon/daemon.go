@@ -182,15 +182,15 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 			d.sources = append(d.sources, source{src: l, run: l.Run})
 			continue
 		}
-		src, err := d.newSource(sc)
-		if err != nil {
-			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
-		}
-		undo = append(undo, func() { _ = src.Close() })
 		ex, err := keys.Parse(sc.Key)
 		if err != nil {
 			return nil, fmt.Errorf("source %s key: %w", sc.Name, err)
 		}
+		src, err := d.newSource(sc, ex)
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
+		}
+		undo = append(undo, func() { _ = src.Close() })
 		so := pipeline.SourceOptions{
 			Name:                 sc.Name,
 			Kind:                 sc.Type,
@@ -202,7 +202,10 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 			Requeues:             src.Requeues(),
 		}
 		s := source{src: src}
-		if bs, ok := src.(broker.BatchSource); ok {
+		if ss, ok := src.(broker.SetSource); ok {
+			h, set := d.pipe.SetHandlers(so)
+			s.run = func(ctx context.Context) error { return ss.RunSets(ctx, h, set) }
+		} else if bs, ok := src.(broker.BatchSource); ok {
 			h := d.pipe.BatchHandler(so)
 			s.run = func(ctx context.Context) error { return bs.RunBatches(ctx, h) }
 		} else {
@@ -221,7 +224,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 
 // newSource is a plain switch: two or three backends do not need a
 // registry.
-func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
+func (d *Daemon) newSource(sc config.Source, ex *keys.Extractor) (broker.Source, error) {
 	switch sc.Type {
 	case "rabbitmq":
 		o := sc.RabbitMQOptions()
@@ -237,6 +240,12 @@ func (d *Daemon) newSource(sc config.Source) (broker.Source, error) {
 	case "kafka":
 		o := sc.KafkaOptions()
 		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
+		// Key order: a record without a record key waits only for
+		// earlier messages with its dedupe key.
+		o.OrderKey = func(m *broker.Message) string {
+			k, _ := ex.Key(m)
+			return k
+		}
 		return kafkasrc.New(o)
 	}
 	return nil, fmt.Errorf("unknown source type %q", sc.Type)

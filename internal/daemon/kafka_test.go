@@ -397,14 +397,18 @@ func TestKafkaKeyOrdering(t *testing.T) {
 	var bad []string
 	inflight, peak := 0, 0
 	h.app.SetRespond(func(r *testutil.Request, _ int) int {
-		k := r.Header.Get("X-Dedupe-Record-Key") // "" for keyless records
+		k := r.Header.Get("X-Dedupe-Record-Key")
+		if k == "" {
+			// A keyless record is ordered by its dedupe key.
+			k = "dedupe key " + r.Key
+		}
 		o, _ := strconv.Atoi(r.Header.Get("X-Dedupe-Offset"))
 		mu.Lock()
 		if busy[k] {
-			bad = append(bad, fmt.Sprintf("record key %q: two at once", k))
+			bad = append(bad, fmt.Sprintf("key %q: two at once", k))
 		}
 		if l, ok := last[k]; ok && o <= l {
-			bad = append(bad, fmt.Sprintf("record key %q: offset %d after %d", k, o, l))
+			bad = append(bad, fmt.Sprintf("key %q: offset %d after %d", k, o, l))
 		}
 		busy[k], last[k] = true, o
 		inflight++
@@ -436,6 +440,66 @@ func TestKafkaKeyOrdering(t *testing.T) {
 	}
 	if peak < 3 {
 		t.Fatalf("different record keys did not overlap (peak concurrency %d)", peak)
+	}
+}
+
+// ordering: key with keyless records: one request that hangs far past
+// app.timeout holds only its dedupe key. The other messages of its
+// partition reach the app, are acked and committed up to it meanwhile;
+// the commit never passes it; a redelivery of its id behind it waits and
+// is then found duplicate; once the app answers, everything is committed
+// and every id took effect once.
+func TestKafkaKeylessHangHoldsOnlyItsKey(t *testing.T) {
+	const parts, per = 3, 20
+	h := newKafkaHarness(t, parts, func(c *config.Config) {
+		c.App.Timeout = 200 * time.Millisecond
+		c.Sources[0].Kafka.Ordering = "key"
+	})
+	release := make(chan struct{})
+	h.app.SetRespond(func(r *testutil.Request, _ int) int {
+		if r.Key == "p0-3" {
+			<-release
+		}
+		return http.StatusOK
+	})
+	p := h.start()
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the proxy stops, should the test fail
+	var recs []kafkatest.Record
+	for pt := range parts {
+		for i := range per {
+			id := fmt.Sprintf("p%d-%d", pt, i)
+			if pt == 0 && i == 10 {
+				id = "p0-3" // a redelivery of the one that hangs
+			}
+			recs = append(recs, kmsg(pt, "", id, ""))
+		}
+	}
+	h.produce(recs...)
+	testutil.Eventually(t, 30*time.Second, "every other message forwarded while one hangs",
+		func() bool { return p.result(t, "forwarded") == parts*per-2 })
+	testutil.Eventually(t, 10*time.Second, "the other partitions committed, partition 0 up to the hung message", func() bool {
+		c := h.committed()
+		return c[0] == 3 && c[1] == per && c[2] == per
+	})
+	time.Sleep(300 * time.Millisecond) // several commit intervals
+	if c := h.committed()[0]; c != 3 {
+		t.Fatalf("partition 0 committed at %d while offset 3 is unfinished", c)
+	}
+	let()
+	testutil.Eventually(t, 10*time.Second, "committed to the end", func() bool { return h.committedTotal() == parts*per })
+	if d := p.result(t, "duplicate"); d != 1 {
+		t.Fatalf("%v duplicates, want 1 (the redelivered id)", d)
+	}
+	effects := h.app.Effects()
+	if len(effects) != parts*per-1 {
+		t.Fatalf("%d ids took effect, want %d", len(effects), parts*per-1)
+	}
+	for id, n := range effects {
+		if n != 1 {
+			t.Errorf("%s took effect %d times", id, n)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 // countingStore is the memory store with its calls counted per key and
@@ -357,5 +358,50 @@ func TestBatchCommitsShareRoundTrips(t *testing.T) {
 	// The first success goes alone, at once; the rest queue behind it.
 	if st.commitMany > 3 {
 		t.Fatalf("%d CommitMany calls for %d successes, want at most 3", st.commitMany, len(ids))
+	}
+}
+
+// A set (key order) claims its keys in one round trip and forwards every
+// message at once: while one hangs at the app, the others are forwarded,
+// committed and acked; the one that hangs is acked once it answers.
+func TestSetSlowMessageHoldsOnlyItself(t *testing.T) {
+	st := newCountingStore()
+	release := make(chan struct{})
+	app := &recorder{hook: func(k string) {
+		if k == "a" {
+			<-release
+		}
+	}}
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: st, Forwarder: app, Lease: time.Minute, TTL: time.Hour,
+		MaxAttempts: 3, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		BusyDelay: time.Millisecond, CommitAttempts: 3,
+	})
+	_, set := p.SetHandlers(pipeline.SourceOptions{Name: "s", Kind: "kafka"})
+	ds, cs := batchOf(st, "a", "b", "c", "")
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		set(ds)
+	}()
+	testutil.Eventually(t, 5*time.Second, "the others acked while a hangs", func() bool {
+		for _, c := range cs[1:] {
+			if len(c.settled()) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	if len(cs[0].settled()) != 0 {
+		t.Fatal("a settled while it hangs at the app")
+	}
+	close(release)
+	<-returned
+	wantSettled(t, cs, "ack", "ack", "ack", "ack")
+	if st.claimMany != 1 {
+		t.Fatalf("%d ClaimMany calls, want 1", st.claimMany)
+	}
+	if n := st.count(st.claims, "a") + st.count(st.claims, "b") + st.count(st.claims, "c"); n != 0 {
+		t.Fatalf("%d single claims, want 0", n)
 	}
 }

@@ -205,14 +205,29 @@ func (p *Pipeline) Handler(s SourceOptions) broker.Handler {
 // BatchHandler returns the broker.BatchHandler for one source (see
 // batch.go). Use one of Handler and BatchHandler per source.
 func (p *Pipeline) BatchHandler(s SourceOptions) broker.BatchHandler {
+	h, _ := p.SetHandlers(s)
+	return h
+}
+
+// SetHandlers returns the handlers of a broker.SetSource (see set.go):
+// one source's BatchHandler and SetHandler, sharing its metrics.
+func (p *Pipeline) SetHandlers(s SourceOptions) (broker.BatchHandler, broker.SetHandler) {
 	src := p.source(s)
-	return func(ds []broker.Delivery) {
+	batch := func(ds []broker.Delivery) {
 		if len(ds) == 1 {
 			p.handle(src, ds[0])
 			return
 		}
 		p.handleBatch(src, ds)
 	}
+	set := func(ds []broker.Delivery) {
+		if len(ds) == 1 {
+			p.handle(src, ds[0])
+			return
+		}
+		p.handleSet(src, ds)
+	}
+	return batch, set
 }
 
 func (p *Pipeline) source(s SourceOptions) *source {

@@ -46,7 +46,11 @@ func (b *bench) kindsFor(br broker) []rowKind {
 	if _, ok := br.(*kafkaBroker); ok {
 		out = append(out, proxyKeyOrder)
 	}
-	return out
+	if b.o.rows == "" {
+		return out
+	}
+	want := strings.Split(b.o.rows, ",")
+	return slices.DeleteFunc(out, func(k rowKind) bool { return !slices.Contains(want, k.letter()) })
 }
 
 func (k rowKind) letter() string {

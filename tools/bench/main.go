@@ -48,6 +48,10 @@
 // that verifies and publishes with confirms; -only webhook runs them
 // alone.
 //
+// Then the Kafka slow-app section (slow.go): keyless records drained by
+// two proxies into an app that hangs 1% of messages for 12 s and answers
+// 5% with 500, once per ordering mode; -only slow runs it alone.
+//
 // Then the Kafka failover section (failover.go): how long partitions
 // stall when one of two proxies is stopped, killed, killed in a burst or
 // crash-looping;
@@ -88,6 +92,12 @@ type options struct {
 	kafkaBatch int
 	ordering   string
 	inFlight   int
+	// The slow-app section: backlog, hang, and the bound on one drain.
+	slowN       int
+	slowHang    time.Duration
+	slowTimeout time.Duration
+	// rows: the letters of the rows to run ("" all), e.g. "c,e".
+	rows       string
 	seenset    string
 	appDelay   time.Duration
 	amqpURL    string
@@ -145,6 +155,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.kafkaBatch, "kafka-batch", 32, "the proxy's Kafka batch_size (1: claim one message at a time)")
 	fs.StringVar(&o.ordering, "kafka-ordering", "partition", "the proxy's Kafka ordering: partition or key")
 	fs.IntVar(&o.inFlight, "max-in-flight", 64, "the proxy's Kafka max_in_flight (ordering key)")
+	fs.StringVar(&o.rows, "rows", "", "the rows to run, by letter, comma-separated (e.g. c,e: Kafka partition against key order); empty: all")
 	fs.StringVar(&o.seenset, "seenset", "redis", "the proxy's seen-set: redis (the private redis-server) or memory")
 	fs.DurationVar(&o.appDelay, "app-delay", 0, "time the app takes per request (0: a no-op app)")
 	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
@@ -154,7 +165,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.profileFor, "profile-time", 4*time.Second, "CPU profile duration of the -profile runs")
 	fs.DurationVar(&o.timeout, "row-timeout", 90*time.Second, "give up on a row's drain after this long")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
-	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table), webhook (the webhook rows), failover (the Kafka failover section) or instructions (instructions per message under callgrind)")
+	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table), webhook (the webhook rows), failover (the Kafka failover section), slow (the Kafka slow-app section) or instructions (instructions per message under callgrind)")
+	fs.IntVar(&o.slowN, "slow-n", 2000, "slow-app section: keyless records drained per ordering mode")
+	fs.DurationVar(&o.slowHang, "slow-hang", 12*time.Second, "slow-app section: how long the 1% of messages that hang make the app wait")
+	fs.DurationVar(&o.slowTimeout, "slow-timeout", 5*time.Minute, "slow-app section: give up on one drain after this long")
 	instrN := fs.String("instr-n", "1000,3000", "-only instructions: the two backlog sizes drained under callgrind; per message = the difference of the counts / the difference of the sizes")
 	fs.DurationVar(&o.instrTimeout, "instr-timeout", 10*time.Minute, "-only instructions: give up on one drain under valgrind after this long")
 	fs.IntVar(&o.whN, "webhook-n", 10000, "webhook rows: requests in the burst")
@@ -183,8 +197,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench: -kafka-ordering partition|key, -seenset redis|memory, -max-in-flight ≥ 1, -app-delay ≥ 0")
 		return 2
 	}
-	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" && o.only != "instructions" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 || o.whRate < 0 {
-		fmt.Fprintln(stderr, "bench: -only rows|webhook|failover|instructions, -failover-rate, -webhook-n, -webhook-senders ≥ 1")
+	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" && o.only != "slow" && o.only != "instructions" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 || o.whRate < 0 || o.slowN < 1 {
+		fmt.Fprintln(stderr, "bench: -only rows|webhook|failover|slow|instructions, -failover-rate, -webhook-n, -webhook-senders, -slow-n ≥ 1")
 		return 2
 	}
 	if _, err := fmt.Sscanf(*instrN, "%d,%d", &o.instrSizes[0], &o.instrSizes[1]); err != nil || o.instrSizes[0] < 1 || o.instrSizes[1] <= o.instrSizes[0] {
@@ -216,7 +230,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	rep := &report{o: o, machine: b.machine(ctx)}
 	brokers := strings.Split(o.brokers, ",")
-	if o.only == "failover" || o.only == "webhook" {
+	if o.only == "failover" || o.only == "webhook" || o.only == "slow" {
 		brokers = nil
 	}
 	if o.only == "instructions" {
@@ -251,6 +265,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if (o.only == "" || o.only == "webhook") && slices.Contains(strings.Split(o.brokers, ","), "rabbitmq") && ctx.Err() == nil {
 		rep.webhook = b.measureWebhook(ctx)
+	}
+	if (o.only == "" || o.only == "slow") && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
+		rep.slow = b.measureSlow(ctx)
 	}
 	if (o.only == "" || o.only == "failover") && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
 		rep.failover = b.measureFailover(ctx)

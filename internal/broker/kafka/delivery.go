@@ -30,6 +30,11 @@ type delivery struct {
 	lost  <-chan struct{}
 	state atomic.Int32
 	held  atomic.Bool
+	// lane (key order, when inLane) is the key the message waits its
+	// turn by; slot: it holds one of the source's MaxInFlight slots.
+	lane   laneKey
+	inLane bool
+	slot   atomic.Bool
 }
 
 func (p *partition) newDelivery(r *kgo.Record, lost <-chan struct{}, redelivered bool) *delivery {
@@ -71,8 +76,15 @@ func (d *delivery) Ack(context.Context) error {
 	if !d.state.CompareAndSwap(statePending, stateAcked) {
 		return broker.ErrAlreadySettled
 	}
-	d.p.finish(d.r.Offset)
+	d.p.finish(d)
 	return nil
+}
+
+// freeSlot gives back the slot d holds, if any.
+func (d *delivery) freeSlot() {
+	if d.slot.CompareAndSwap(true, false) {
+		<-d.p.s.slots
+	}
 }
 
 // Requeue leaves the message unfinished: nothing at or after its offset
@@ -81,6 +93,7 @@ func (d *delivery) Requeue(context.Context) error {
 	if !d.state.CompareAndSwap(statePending, stateRequeued) {
 		return broker.ErrAlreadySettled
 	}
+	d.freeSlot()
 	return nil
 }
 
@@ -110,7 +123,7 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 		return err
 	}
 	d.state.Store(stateDeadLettered)
-	d.p.finish(d.r.Offset)
+	d.p.finish(d)
 	return nil
 }
 

@@ -27,13 +27,15 @@
 // Ordering. OrderingPartition (the default) hands a partition's messages
 // to the handler in offset order: to a BatchHandler (RunBatches) up to
 // BatchSize at a time, as many as were already fetched, to a Handler (Run)
-// one at a time. OrderingKey lets messages of one partition with
-// different record keys run concurrently, while messages with the same
-// record key stay strictly in offset order (and all messages without a
-// record key are ordered among themselves). MaxInFlight bounds both the
-// handlers running at once across the source and how far past its oldest
-// unfinished message a partition reads (so how much is delivered again
-// after a crash).
+// one at a time. OrderingKey keeps order per key only: a message waits
+// for the earlier messages of its record key, or without one of its
+// OrderKey (the daemon's dedupe key), and a message with neither waits
+// for nothing. Ready messages of different keys are handed to a
+// SetHandler together (RunSets), up to BatchSize, each holding one of
+// MaxInFlight slots until it is settled, so a slow one holds only its
+// key. MaxInFlight bounds the handlers running at once across the
+// source, ReadAhead how far past its oldest unfinished message a
+// partition reads (so how much is delivered again after a crash).
 //
 // Offsets. A tracker per partition follows which handed-out messages are
 // finished (acked or dead-lettered). The source commits, for every
@@ -138,10 +140,18 @@ type Options struct {
 	IsolationLevel string
 	// Ordering is OrderingPartition (default) or OrderingKey.
 	Ordering string
+	// OrderKey (OrderingKey) is the key a message without a record key
+	// is ordered by: the daemon gives the source's dedupe key. "" (or a
+	// nil OrderKey) leaves the message in no order with any other.
+	OrderKey func(*broker.Message) string
 	// MaxInFlight (OrderingKey) bounds the messages of the source at the
-	// handler at once, and how many fetched messages of one partition may
-	// wait behind its oldest unfinished one. Default 64.
+	// handler at once. Default 64.
 	MaxInFlight int
+	// ReadAhead (OrderingKey) bounds how many messages of one partition
+	// are read past its oldest unfinished one: the commit waits behind
+	// that message, so they are what a crash delivers again. Default
+	// 1024.
+	ReadAhead int
 	// BatchSize (OrderingPartition) is the most messages of one partition
 	// handed to a BatchHandler at once: those already fetched, never
 	// waiting for more. Default 32; 1 hands them over one by one.
@@ -200,6 +210,7 @@ type Source struct {
 	// joining inside kgo.NewClient, so its first callbacks may run before
 	// NewClient returned: each callback stores the client it was given.
 	h      broker.BatchHandler
+	set    broker.SetHandler
 	runCtx context.Context
 	cl     atomic.Pointer[kgo.Client]
 
@@ -249,6 +260,7 @@ func New(o Options) (*Source, error) {
 		o.Balancers = DefaultBalancers
 	}
 	defaultInt(&o.MaxInFlight, 64)
+	defaultInt(&o.ReadAhead, 1024)
 	defaultInt(&o.BatchSize, 32)
 	defaultInt(&o.CommitEvery, 500)
 	defaultDuration(&o.CommitInterval, time.Second)
@@ -398,11 +410,18 @@ func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 	})
 }
 
-var _ broker.BatchSource = (*Source)(nil)
+var _ broker.SetSource = (*Source)(nil)
 
-// RunBatches is Run with a BatchHandler.
+// RunBatches is Run with a BatchHandler. In OrderingKey each message of
+// a set is handed to h alone, on a goroutine of its own.
 func (s *Source) RunBatches(ctx context.Context, h broker.BatchHandler) error {
-	s.h, s.runCtx = h, ctx
+	return s.RunSets(ctx, h, nil)
+}
+
+// RunSets is RunBatches with a SetHandler for OrderingKey, which gets
+// fetched messages of a partition whose keys differ together.
+func (s *Source) RunSets(ctx context.Context, h broker.BatchHandler, set broker.SetHandler) error {
+	s.h, s.set, s.runCtx = h, set, ctx
 	cl, err := kgo.NewClient(s.groupOpts()...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
@@ -550,7 +569,7 @@ func (s *Source) assigned(_ context.Context, cl *kgo.Client, added map[string][]
 			}
 			p := newPartition(s, cl, t, id)
 			s.parts[tp] = p
-			p.start(s.runCtx, s.h)
+			p.start(s.runCtx, s.h, s.set)
 			names = append(names, t+"/"+strconv.Itoa(int(id)))
 		}
 	}

@@ -45,18 +45,31 @@ type partition struct {
 	isLost  bool
 	stopped bool
 
-	// OrderingKey: one lane per record key with messages running or
-	// waiting; a lane's goroutine ends when its queue is empty.
+	// OrderingKey: one lane per key with a message handed out (or
+	// ready to be) and the later messages of that key waiting behind it;
+	// ready holds the messages the worker hands out next, a lane's next
+	// message included once the one before it finished. sets counts the
+	// goroutines that run handed-out sets.
 	mu    sync.Mutex
-	lanes map[string]*lane
-	laneW sync.WaitGroup
+	lanes map[laneKey]*lane
+	ready []*delivery
+	sets  sync.WaitGroup
 
 	heldMu sync.Mutex
 	held   int // deliveries currently held (no dead letter possible)
 }
 
+// laneKey is what OrderingKey orders a message by: its record key, or
+// without one its dedupe key (Options.OrderKey). dedupe keeps a record
+// key and a dedupe key with the same bytes in different lanes.
+type laneKey struct {
+	dedupe bool
+	key    string
+}
+
+// lane: the messages of one key waiting behind the one handed out.
 type lane struct {
-	queue []*kgo.Record
+	queue []*delivery
 }
 
 func newPartition(s *Source, cl *kgo.Client, topic string, id int32) *partition {
@@ -80,7 +93,7 @@ func newPartition(s *Source, cl *kgo.Client, topic string, id int32) *partition 
 		high:   max(high, 2),
 		wake:   make(chan struct{}, 1),
 		lostCh: make(chan struct{}),
-		lanes:  map[string]*lane{},
+		lanes:  map[laneKey]*lane{},
 	}
 	p.low = p.high / 2
 	p.hwm.Store(-1)
@@ -91,10 +104,14 @@ func newPartition(s *Source, cl *kgo.Client, topic string, id int32) *partition 
 }
 
 // start runs the partition's worker until stop or the end of runCtx.
-func (p *partition) start(runCtx context.Context, h broker.BatchHandler) {
+func (p *partition) start(runCtx context.Context, h broker.BatchHandler, set broker.SetHandler) {
 	p.ctx, p.cancel = context.WithCancel(runCtx)
 	go func() {
 		defer close(p.done)
+		if p.s.o.Ordering == OrderingKey {
+			p.runKeyed(p.ctx, h, set)
+			return
+		}
 		p.run(p.ctx, h)
 	}()
 }
@@ -175,28 +192,9 @@ func (p *partition) take(ctx context.Context, n int) ([]*kgo.Record, bool) {
 		if ctx.Err() != nil {
 			return nil, false
 		}
-		p.qmu.Lock()
-		if len(p.queue) > 0 {
-			n = min(n, len(p.queue))
-			out := make([]*kgo.Record, 0, n)
-			for _, r := range p.queue[:n] {
-				if p.track.add(r.Offset) {
-					out = append(out, r)
-				}
-			}
-			clear(p.queue[:n])
-			p.queue = p.queue[n:]
-			if p.paused && len(p.queue) <= p.low {
-				p.paused = false
-				p.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
-			}
-			p.qmu.Unlock()
-			if len(out) > 0 {
-				return out, true
-			}
-			continue
+		if out := p.takeNow(n); len(out) > 0 {
+			return out, true
 		}
-		p.qmu.Unlock()
 		select {
 		case <-p.wake:
 		case <-ctx.Done():
@@ -205,25 +203,35 @@ func (p *partition) take(ctx context.Context, n int) ([]*kgo.Record, bool) {
 	}
 }
 
-// run hands the partition's records to h (in order, or per key) until
-// ctx ends, and returns only after every handler it started has returned.
+// takeNow is take without waiting: nil when nothing is queued.
+func (p *partition) takeNow(n int) []*kgo.Record {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	for len(p.queue) > 0 {
+		n := min(n, len(p.queue))
+		out := make([]*kgo.Record, 0, n)
+		for _, r := range p.queue[:n] {
+			if p.track.add(r.Offset) {
+				out = append(out, r)
+			}
+		}
+		clear(p.queue[:n])
+		p.queue = p.queue[n:]
+		if p.paused && len(p.queue) <= p.low {
+			p.paused = false
+			p.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return nil
+}
+
+// run hands the partition's records to h in order until ctx ends.
 // Records taken and never handed out stay unfinished: they are not
 // committed past and are delivered again.
 func (p *partition) run(ctx context.Context, h broker.BatchHandler) {
-	if p.s.o.Ordering == OrderingKey {
-		for ctx.Err() == nil {
-			if !p.waitForRoom(ctx) {
-				break
-			}
-			recs, ok := p.take(ctx, 1)
-			if !ok {
-				break
-			}
-			p.dispatchByKey(ctx, recs[0], h)
-		}
-		p.laneW.Wait()
-		return
-	}
 	for {
 		batch, ok := p.take(ctx, p.s.o.BatchSize)
 		if !ok || ctx.Err() != nil {
@@ -233,56 +241,168 @@ func (p *partition) run(ctx context.Context, h broker.BatchHandler) {
 	}
 }
 
-// waitForRoom holds the worker (key mode) while MaxInFlight handed-out
-// messages have not been passed by the commit mark.
-func (p *partition) waitForRoom(ctx context.Context) bool {
-	for p.track.window() >= p.s.o.MaxInFlight {
-		select {
-		case <-p.track.space:
-		case <-ctx.Done():
-			return false
+// runKeyed hands the partition's records out per key until ctx ends,
+// and returns only after every handler it started has returned.
+//
+// A message waits only for the earlier messages of its own key (its
+// lane); the worker hands out, together, up to BatchSize ready messages
+// of different keys, as many as the source has MaxInFlight slots free
+// for, and each holds its slot until it is settled. The partition reads
+// at most ReadAhead messages past its oldest unfinished one: those are
+// what a crash delivers again, and what the commit mark waits behind. A
+// message without any key waits for nobody.
+func (p *partition) runKeyed(ctx context.Context, h broker.BatchHandler, set broker.SetHandler) {
+	defer p.sets.Wait()
+	for {
+		ready := p.nextReady(ctx)
+		if ready == nil {
+			return
 		}
+		n := p.acquire(ctx, len(ready))
+		if n == 0 {
+			return
+		}
+		if n < len(ready) {
+			p.mu.Lock()
+			p.ready = append(ready[n:len(ready):len(ready)], p.ready...)
+			p.mu.Unlock()
+		}
+		p.dispatch(ctx, ready[:n], h, set)
 	}
-	return true
 }
 
-// dispatchByKey runs r after every earlier message with the same record
-// key; a message without a key is ordered with the other keyless ones.
-func (p *partition) dispatchByKey(ctx context.Context, r *kgo.Record, h broker.BatchHandler) {
-	k := string(r.Key)
+// nextReady returns the messages that may be handed out now, waiting
+// until there are some; nil once ctx ended.
+func (p *partition) nextReady(ctx context.Context) []*delivery {
+	for ctx.Err() == nil {
+		p.mu.Lock()
+		ready := p.ready
+		p.ready = nil
+		p.mu.Unlock()
+		if len(ready) > 0 {
+			return ready
+		}
+		if room := p.s.o.ReadAhead - p.track.window(); room > 0 {
+			if recs := p.takeNow(min(p.s.o.BatchSize, room)); len(recs) > 0 {
+				if ready := p.intoLanes(recs); len(ready) > 0 {
+					return ready
+				}
+				continue
+			}
+		}
+		select {
+		case <-p.wake:
+		case <-p.track.space:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// intoLanes makes deliveries of recs and returns those whose key has no
+// earlier message handed out or waiting; the others join their lane.
+func (p *partition) intoLanes(recs []*kgo.Record) []*delivery {
+	ready := make([]*delivery, 0, len(recs))
 	p.mu.Lock()
-	if l, ok := p.lanes[k]; ok {
-		l.queue = append(l.queue, r)
+	defer p.mu.Unlock()
+	for _, r := range recs {
+		d := p.newDelivery(r, nil, false)
+		k, ok := p.laneOf(d)
+		if !ok {
+			ready = append(ready, d)
+			continue
+		}
+		d.lane, d.inLane = k, true
+		if l := p.lanes[k]; l != nil {
+			l.queue = append(l.queue, d)
+			continue
+		}
+		p.lanes[k] = &lane{}
+		ready = append(ready, d)
+	}
+	return ready
+}
+
+// laneOf is the key d is ordered by: its record key, else its dedupe
+// key; false when it has neither.
+func (p *partition) laneOf(d *delivery) (laneKey, bool) {
+	if len(d.r.Key) > 0 {
+		return laneKey{key: string(d.r.Key)}, true
+	}
+	if p.s.o.OrderKey != nil {
+		if k := p.s.o.OrderKey(&d.msg); k != "" {
+			return laneKey{dedupe: true, key: k}, true
+		}
+	}
+	return laneKey{}, false
+}
+
+// nextInLane hands out the message waiting behind d in its lane, or
+// ends the lane; d just finished.
+func (p *partition) nextInLane(d *delivery) {
+	if !d.inLane {
+		return
+	}
+	p.mu.Lock()
+	l := p.lanes[d.lane]
+	switch {
+	case l == nil:
+		p.mu.Unlock()
+		return
+	case len(l.queue) == 0:
+		delete(p.lanes, d.lane)
 		p.mu.Unlock()
 		return
 	}
-	l := &lane{}
-	p.lanes[k] = l
+	next := l.queue[0]
+	l.queue[0] = nil
+	l.queue = l.queue[1:]
+	p.ready = append(p.ready, next)
 	p.mu.Unlock()
-	p.laneW.Add(1)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// acquire takes up to n of the source's MaxInFlight slots, waiting for
+// the first; 0 once ctx ended. The handlers' app connections are sized
+// for MaxInFlight across the source, not per partition.
+func (p *partition) acquire(ctx context.Context, n int) int {
+	select {
+	case p.s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	got := 1
+	for got < n {
+		select {
+		case p.s.slots <- struct{}{}:
+			got++
+		default:
+			return got
+		}
+	}
+	return got
+}
+
+// dispatch hands ds, each holding a slot, to the handlers on a goroutine
+// of their own, and hands over again, in place, what they leave
+// unfinished.
+func (p *partition) dispatch(ctx context.Context, ds []*delivery, h broker.BatchHandler, set broker.SetHandler) {
+	lost := p.lost()
+	for _, d := range ds {
+		d.lost = lost
+		d.slot.Store(true)
+	}
+	p.sets.Add(1)
 	go func() {
-		defer p.laneW.Done()
-		for {
-			// At most MaxInFlight handlers of the source at once: the
-			// app's connection pool is sized for that, not for
-			// MaxInFlight per partition.
-			select {
-			case p.s.slots <- struct{}{}:
-				p.handle(ctx, []*kgo.Record{r}, h)
-				<-p.s.slots
-			case <-ctx.Done():
+		defer p.sets.Done()
+		p.handOver(ds, h, set)
+		for _, d := range ds {
+			if !d.finished() && ctx.Err() == nil {
+				p.redeliver(ctx, d, h)
 			}
-			p.mu.Lock()
-			if len(l.queue) == 0 || ctx.Err() != nil {
-				// Whatever is still queued stays unfinished.
-				delete(p.lanes, k)
-				p.mu.Unlock()
-				return
-			}
-			r = l.queue[0]
-			l.queue[0] = nil
-			l.queue = l.queue[1:]
-			p.mu.Unlock()
 		}
 	}()
 }
@@ -294,13 +414,17 @@ func (p *partition) dispatchByKey(ctx context.Context, r *kgo.Record, h broker.B
 // after a backoff rather than left unfinished, which would stall the
 // commits.
 func (p *partition) handle(ctx context.Context, rs []*kgo.Record, h broker.BatchHandler) {
-	p.handleAgain(ctx, rs, nil, h)
+	lost := p.lost()
+	ds := make([]*delivery, len(rs))
+	for i, r := range rs {
+		ds[i] = p.newDelivery(r, lost, false)
+	}
+	p.handleAgain(ctx, ds, h)
 }
 
-// handleAgain is handle with, per message, whether it was handed over
-// before (Redelivered).
-func (p *partition) handleAgain(ctx context.Context, rs []*kgo.Record, again []bool, h broker.BatchHandler) {
-	ds := p.deliver(rs, again, h)
+// handleAgain is handle with deliveries.
+func (p *partition) handleAgain(ctx context.Context, ds []*delivery, h broker.BatchHandler) {
+	p.handOver(ds, h, nil)
 	for i, d := range ds {
 		if d.finished() {
 			continue
@@ -308,68 +432,96 @@ func (p *partition) handleAgain(ctx context.Context, rs []*kgo.Record, again []b
 		if ctx.Err() != nil {
 			return
 		}
-		p.redeliver(ctx, rs[i], d.state.Load() == stateRequeued, h)
+		p.redeliver(ctx, d, h)
 		// What the handler left unfinished after it goes again, in
 		// order, behind it.
-		var rest []*kgo.Record
-		var restAgain []bool
+		var rest []*delivery
 		for _, e := range ds[i+1:] {
 			if !e.finished() {
-				rest = append(rest, e.r)
-				restAgain = append(restAgain, e.state.Load() == stateRequeued)
+				rest = append(rest, p.again(e, e.state.Load() == stateRequeued))
 			}
 		}
 		if len(rest) > 0 && ctx.Err() == nil {
-			p.handleAgain(ctx, rest, restAgain, h)
+			p.handleAgain(ctx, rest, h)
 		}
 		return
 	}
 }
 
-// deliver hands rs to h as one batch and returns their deliveries once h
-// has returned; a hold one of them took (no dead letter possible) ends
-// with the call.
-func (p *partition) deliver(rs []*kgo.Record, again []bool, h broker.BatchHandler) []*delivery {
-	ds := make([]*delivery, len(rs))
-	hs := make([]broker.Delivery, len(rs))
-	lost := p.lost()
-	for i, r := range rs {
-		ds[i] = p.newDelivery(r, lost, again != nil && again[i])
-		hs[i] = ds[i]
+// handOver hands ds to the handler and returns once it has returned: to
+// set when there is one and ds are more than one (key order), else to h
+// as one batch (partition order), or each alone on a goroutine of its
+// own (key order without a set handler). A hold one of them took (no
+// dead letter possible) ends with the call, and so does a slot one of
+// them left unsettled.
+func (p *partition) handOver(ds []*delivery, h broker.BatchHandler, set broker.SetHandler) {
+	hs := make([]broker.Delivery, len(ds))
+	for i, d := range ds {
+		hs[i] = d
 	}
-	h(hs)
+	switch {
+	case len(ds) == 1 || p.s.o.Ordering != OrderingKey:
+		h(hs)
+	case set != nil:
+		set(hs)
+	default:
+		var wg sync.WaitGroup
+		for _, d := range hs {
+			wg.Go(func() { h([]broker.Delivery{d}) })
+		}
+		wg.Wait()
+	}
 	for _, d := range ds {
 		if d.held.Load() {
 			p.unhold()
 		}
+		d.freeSlot()
 	}
-	return ds
 }
 
-// redeliver hands r over again, alone, with a growing backoff, until it
-// is finished or the partition stops. After a broken link it waits for
-// the link first: handing it over earlier would only see it lost again.
-func (p *partition) redeliver(ctx context.Context, r *kgo.Record, settled bool, h broker.BatchHandler) {
+// again is a new delivery of d's message, handed over again in place;
+// redelivered: d reached the handler and was given back.
+func (p *partition) again(d *delivery, redelivered bool) *delivery {
+	e := p.newDelivery(d.r, p.lost(), redelivered)
+	e.lane, e.inLane = d.lane, d.inLane
+	return e
+}
+
+// redeliver hands d's message over again, alone, with a growing backoff,
+// until it is finished or the partition stops. After a broken link it
+// waits for the link first: handing it over earlier would only see it
+// lost again.
+func (p *partition) redeliver(ctx context.Context, d *delivery, h broker.BatchHandler) {
 	s := p.s
 	b := backoff.New(backoff.Policy{Initial: s.o.RetryBackoff, Max: s.o.RetryBackoffMax})
 	for {
 		s.log.Warn("kafka message given back while its partition is still assigned; delivering it again in place",
-			"topic", p.topic, "partition", p.id, "offset", r.Offset, "settled", settled)
+			"topic", p.topic, "partition", p.id, "offset", d.r.Offset, "settled", d.state.Load() == stateRequeued)
 		if !backoff.Wait(ctx, nil, b.Next()) || !s.link.wait(ctx) {
 			return
 		}
-		d := p.deliver([]*kgo.Record{r}, []bool{true}, h)[0]
+		d = p.again(d, true)
+		if s.o.Ordering == OrderingKey {
+			if p.acquire(ctx, 1) == 0 {
+				return
+			}
+			d.slot.Store(true)
+		}
+		p.handOver([]*delivery{d}, h, nil)
 		if d.finished() || ctx.Err() != nil {
 			return
 		}
-		settled = d.state.Load() == stateRequeued
 	}
 }
 
-// finish marks a settled message and asks for a commit once CommitEvery
-// messages finished since the last one.
-func (p *partition) finish(off int64) {
-	if n := p.track.finish(off); n >= p.s.o.CommitEvery {
+// finish marks a settled message, hands out the next message of its key
+// (key order) and asks for a commit once CommitEvery messages finished
+// since the last one.
+func (p *partition) finish(d *delivery) {
+	d.freeSlot()
+	n := p.track.finish(d.r.Offset)
+	p.nextInLane(d)
+	if n >= p.s.o.CommitEvery {
 		p.s.requestCommit()
 	}
 }

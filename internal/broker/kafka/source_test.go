@@ -228,7 +228,8 @@ func TestPartitionOrdering(t *testing.T) {
 
 // Key ordering: different record keys of one partition overlap, one key's
 // messages never do and stay in offset order, keyless messages are
-// ordered among themselves, and the commit never passes a slow message.
+// ordered by their OrderKey (the daemon's dedupe key), and the commit
+// never passes a slow message.
 func TestKeyOrdering(t *testing.T) {
 	c := kafkatest.Start(t, 1, []string{"orders"})
 	var recs []kafkatest.Record
@@ -243,6 +244,11 @@ func TestKeyOrdering(t *testing.T) {
 	o := options(c, "orders")
 	o.Ordering = kafka.OrderingKey
 	o.MaxInFlight = 16
+	// Keyless values 4, 9, 14, …: two dedupe keys, odd and even.
+	o.OrderKey = func(m *broker.Message) string {
+		n, _ := strconv.Atoi(string(m.Body))
+		return "parity" + strconv.Itoa(n%2)
+	}
 	var mu sync.Mutex
 	busy := map[string]bool{}
 	last := map[string]int64{}
@@ -251,6 +257,9 @@ func TestKeyOrdering(t *testing.T) {
 	start(t, o, func(d broker.Delivery) {
 		m := d.Message()
 		k := string(m.RecordKey)
+		if k == "" {
+			k = "dedupe key " + o.OrderKey(m)
+		}
 		mu.Lock()
 		if busy[k] {
 			bad = append(bad, fmt.Sprintf("key %q: two at once", k))
@@ -283,7 +292,7 @@ func TestKeyOrdering(t *testing.T) {
 }
 
 // In key mode, a message that does not finish holds the commit at its
-// offset while later messages of other keys finish; max_in_flight stops
+// offset while later messages of other keys finish; read_ahead stops
 // reading further; once it finishes the commit jumps past everything.
 func TestCommitNeverPassesUnfinished(t *testing.T) {
 	c := kafkatest.Start(t, 1, []string{"orders"})
@@ -294,7 +303,7 @@ func TestCommitNeverPassesUnfinished(t *testing.T) {
 	c.Produce(t, "orders", recs...)
 	o := options(c, "orders")
 	o.Ordering = kafka.OrderingKey
-	o.MaxInFlight = 10
+	o.ReadAhead = 10
 	release := make(chan struct{})
 	var handled atomic.Int64
 	start(t, o, func(d broker.Delivery) {
@@ -317,7 +326,7 @@ func TestCommitNeverPassesUnfinished(t *testing.T) {
 		t.Fatalf("committed %d while offset 3 is unfinished, want 3", got)
 	}
 	if h := handled.Load(); h != 12 {
-		t.Fatalf("%d handled: max_in_flight 10 should stop reading after offset 12", h)
+		t.Fatalf("%d handled: read_ahead 10 should stop reading after offset 12", h)
 	}
 	close(release)
 	testutil.Eventually(t, 10*time.Second, "committed to the end", allCommitted(t, c, o.Group, "orders", uniform(1, 30)))
