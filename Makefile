@@ -83,7 +83,7 @@ redis-failover: ## Redis Cluster and Sentinel failover under load, with and with
 
 # Memory cap (MB) of each model search; MODEL_CHECKS names some of
 # model/configs.txt (default: all but those marked extra).
-MODEL_MEMLIM ?= 1024
+MODEL_MEMLIM ?= 4096
 MODEL_CHECKS ?=
 model: ## Model-check the claim protocol (model/claim.pml) with spin, exhaustively; installs spin (apt-get) when missing (~2 min)
 	MEMLIM=$(MODEL_MEMLIM) bash model/check.sh $(MODEL_CHECKS)

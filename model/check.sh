@@ -5,14 +5,14 @@
 #   model/check.sh [name...]
 #
 # With no names it runs every check but those marked "extra".
-# MEMLIM (MB, default 1024) caps each search; pan stops there and the
+# MEMLIM (MB, default 4096) caps each search; pan stops there and the
 # check fails as incomplete. WORK (default: a temporary directory) keeps
 # pan's sources and trails. spin is installed with apt-get when missing
 # and this runs as root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 model=$here/claim.pml
-MEMLIM=${MEMLIM:-1024}
+MEMLIM=${MEMLIM:-4096}
 
 if ! command -v spin >/dev/null || ! command -v cc >/dev/null; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then

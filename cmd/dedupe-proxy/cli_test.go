@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -433,5 +434,33 @@ func TestValidateFileAndConfigWithoutCommand(t *testing.T) {
 		if code := execute(args, strings.NewReader(""), &out, &errb); code != 2 || !strings.Contains(errb.String(), "dedupe-proxy run --config "+cfg) {
 			t.Errorf("%v: exit %d, stderr %s", args, code, errb.String())
 		}
+	}
+}
+
+// doctor reports an unreachable Redis in its own line; go-redis' own log
+// lines (one per failed dial, on stderr) never reach the user.
+func TestDoctorPrintsNoGoRedisLines(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	conf := "consumer: x\napp:\n  url: http://127.0.0.1:1\nseenset:\n  redis:\n    addrs: [\"127.0.0.1:1\"]\n" +
+		"sources:\n  - name: orders\n    type: redis\n    redis:\n      addrs: [\"127.0.0.1:1\"]\n      queue: q\n"
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	var out, errb strings.Builder
+	code := execute([]string{"doctor", "--config", cfg}, strings.NewReader(""), &out, &errb)
+	os.Stderr = saved
+	_ = w.Close()
+	raw, _ := io.ReadAll(r)
+	if code != 1 || !strings.Contains(out.String(), "not reachable") {
+		t.Fatalf("exit %d, stdout %s", code, out.String())
+	}
+	if s := string(raw) + errb.String(); strings.Contains(s, "redis:") || strings.Contains(s, "pool") {
+		t.Fatalf("go-redis lines on stderr:\n%s", s)
 	}
 }

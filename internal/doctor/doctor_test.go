@@ -163,7 +163,7 @@ func TestFailures(t *testing.T) {
 	}
 	has(t, r, doctor.Fail, "redis "+closed, "not reachable")
 	has(t, r, doctor.Fail, "rabbitmq queue "+c.Sources[0].RabbitMQ.Queue, "does not exist")
-	has(t, r, doctor.Fail, "rabbitmq queue "+c.Sources[0].RabbitMQ.Queue, "create it, e.g. rabbitmqadmin declare queue name="+c.Sources[0].RabbitMQ.Queue+" durable=true")
+	has(t, r, doctor.Fail, "rabbitmq queue "+c.Sources[0].RabbitMQ.Queue, "create it, e.g. amqp-declare-queue --url \"$AMQP_URL\" --durable -q "+c.Sources[0].RabbitMQ.Queue+" (package amqp-tools")
 	has(t, r, doctor.Fail, "rabbitmq dead letters (source orders)", "exchange "+c.Sources[0].RabbitMQ.DeadLetter.Exchange+": does not exist")
 	has(t, r, doctor.Fail, "rabbitmq dead letters (source refunds)", "does not exist")
 	has(t, r, doctor.OK, "rabbitmq queue "+e.queue+" (source refunds)", "exists")

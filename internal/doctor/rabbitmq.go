@@ -109,7 +109,7 @@ func (c *checker) passiveQueue(conn *amqp.Connection, check, name string) (amqp.
 	defer ch.Close()
 	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	if err != nil {
-		c.add(Fail, check, "queue %s: %s", name, amqpFinding(err, "rabbitmqadmin declare queue name="+name+" durable=true"))
+		c.add(Fail, check, "queue %s: %s", name, amqpFinding(err, "amqp-declare-queue --url \"$AMQP_URL\" --durable -q "+name+" (package amqp-tools, over AMQP; with the management plugin: rabbitmqadmin declare queue name="+name+" durable=true)"))
 		return amqp.Queue{}, false
 	}
 	return q, true
