@@ -20,7 +20,7 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("valid config: exit %d, %q", code, out)
 	}
 	code, _, errOut := cli("validate", "--config", filepath.Join(root, "internal", "config", "testdata", "invalid-unknown-keys.yaml"))
-	if code != 1 || !strings.Contains(errOut, "  - app.timout: unknown field (did you mean app.timeout?)\n") || !strings.Contains(errOut, "sources[0].rabbitmq.queu: unknown field") {
+	if code != 1 || !strings.Contains(errOut, "  - line 3: app.timout: unknown field (did you mean app.timeout?)\n") || !strings.Contains(errOut, "sources[0].rabbitmq.queu: unknown field") {
 		t.Fatalf("invalid config: exit %d, stderr:\n%s", code, errOut)
 	}
 	code, _, errOut = cli("validate", "--config", "nope.yaml")

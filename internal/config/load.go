@@ -154,7 +154,7 @@ func LoadWithOrigins(path string, environ []string) (*Config, Origins, error) {
 		errs = append(errs, unjoin(err)...)
 	}
 	if len(errs) > 0 {
-		return nil, origins, joinLines(origins.nameVariables(errs))
+		return nil, origins, joinLines(withLines(origins.nameVariables(errs), yamlLines(path)))
 	}
 	return &cfg, origins, nil
 }
