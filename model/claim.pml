@@ -205,6 +205,7 @@ byte honour;           /* effects of an honouring app */
 byte crashes, errs, appfails, dups, connbreaks, failovers, hangs;
 bool crashing[NR];
 bool waiting[NR];      /* the replica waits (time may pass) */
+bool bwait[NR];        /* a busy key's wait: ends at the next tick */
 bool holding[NR];      /* Hold is renewing its claim */
 bool renewdue[NR];     /* a renewal is due (lease/3 elapsed) */
 byte nb[NR];           /* ticks until notBefore (a kept claim ran out) */
@@ -354,9 +355,10 @@ claim:
 			goto next
 		:: res == BUSY ->
 			/* never requeued: the delivery stays held here and claims
-			 * again (a new token) once time may have passed */
+			 * again (a new token) after time has passed (busy_delay) */
+			bwait[r] = true;
 			waiting[r] = true;
-			atomic { waiting[r] = false; STEP(T_BUSY_WAIT) };
+			atomic { !bwait[r] -> waiting[r] = false; STEP(T_BUSY_WAIT) };
 			goto acquire
 		:: res == CLAIMED
 		fi;
@@ -596,6 +598,7 @@ proctype World() {
 #endif
 		if :: nb[0] > 0 -> nb[0]-- :: else fi;
 		if :: nb[1] > 0 -> nb[1]-- :: else fi;
+		bwait[0] = false; bwait[1] = false;
 		renewdue[0] = holding[0];
 		renewdue[1] = holding[1] }
 	:: atomic { dups < DUPS -> dups++; queued++; ENV(T_DUPLICATE) }

@@ -16,7 +16,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -126,8 +125,6 @@ type Pipeline struct {
 	retry backoff.Policy
 	// busy spaces the looks at a key busy elsewhere (see waiting.go).
 	busy backoff.Policy
-	// parked counts the deliveries in the sources' waiting rooms.
-	parked sync.WaitGroup
 }
 
 // New returns a Pipeline.

@@ -81,11 +81,10 @@ func (w *work) park(ch <-chan struct{}) bool {
 		return false
 	}
 	w.parked = true
-	p := w.p
-	p.parked.Add(1)
 	w.s.m.waiting.Inc()
+	// Owned by the delivery: it ends once the delivery is settled, and a
+	// drain ends its wait at once (the source waits for that settle).
 	go func() {
-		defer p.parked.Done()
 		defer w.s.room.leave()
 		defer w.s.m.waiting.Dec()
 		w.guarded(func() bool {
