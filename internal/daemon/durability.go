@@ -46,6 +46,22 @@ type durabilityCheck struct {
 	answeredAt time.Time
 	warned     map[string]bool // the problems logged and still present
 	topology   string          // the last deployment found, logged when it changes
+	// downLogged: the seen-set did not answer the first read, and the log
+	// said so (once: the pipeline says it again when a message needs it).
+	downLogged bool
+}
+
+// unreachableAtStart logs, once, that the seen-set has not answered since
+// the start: with no message yet nothing else would say so, and an
+// operator starting the proxy wants to know before the first message.
+func (c *durabilityCheck) unreachableAtStart(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.answeredAt.IsZero() || c.downLogged {
+		return
+	}
+	c.downLogged = true
+	c.log.Warn("seen-set unreachable at start: messages are neither forwarded nor acked until it answers", "err", err.Error())
 }
 
 func newDurabilityCheck(st seenset.Store, log *slog.Logger, m *metrics.Metrics) *durabilityCheck {
@@ -101,6 +117,7 @@ func (c *durabilityCheck) read(ctx context.Context) bool {
 	defer c.reading.Unlock()
 	d, err := c.r.Durability(ctx)
 	if err != nil {
+		c.unreachableAtStart(err)
 		return false
 	}
 	c.m.SeenSetEvicting.Set(d.Evicting().Gauge())

@@ -143,3 +143,31 @@ func TestDurabilityInfoRefused(t *testing.T) {
 		t.Fatalf("gauges evicting %v persistent %v, want -1 -1", e, pe)
 	}
 }
+
+// A seen-set that does not answer at start is said once, at start, before
+// any message needs it; once it answers, the proxy goes on.
+func TestSeenSetUnreachableAtStartLoggedOnce(t *testing.T) {
+	rs := testutil.StartRedis(t)
+	addr := rs.Addr()
+	rs.Kill()
+	var buf testutil.LogBuffer
+	h := newHarness(t, func(c *config.Config) { c.SeenSet.Redis.Addrs = []string{addr} })
+	d, err := New(&h.cfg, Deps{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	testutil.Eventually(t, 10*time.Second, "the start-up warning", func() bool {
+		return len(warnLines(t, &buf, "seen-set unreachable at start")) == 1
+	})
+	time.Sleep(6 * time.Second) // the check reads again every 5 s
+	if n := len(warnLines(t, &buf, "seen-set unreachable at start")); n != 1 {
+		t.Fatalf("%d start-up warnings, want 1", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
