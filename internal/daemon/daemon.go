@@ -191,8 +191,14 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("source %s key: %w", sc.Name, err)
 		}
+		dg, err := keys.ParseDigestFields(sc.KeyReuseFields)
+		if err != nil {
+			return nil, fmt.Errorf("source %s key_reuse_fields: %w", sc.Name, err)
+		}
 		so := pipeline.SourceOptions{
 			Name:                 sc.Name,
+			KeyReuse:             sc.KeyReuse,
+			Digest:               dg,
 			Kind:                 sc.Type,
 			Path:                 sc.Path,
 			Keys:                 ex,

@@ -89,6 +89,13 @@ type SourceOptions struct {
 	// DeadLetterMissingKey dead-letters messages without a usable key
 	// instead of forwarding them without dedupe.
 	DeadLetterMissingKey bool
+	// KeyReuse is what becomes of a message whose key is done for another
+	// body: claim.KeyReuseWarn ("" too), KeyReuseDeadLetter or
+	// KeyReuseForward.
+	KeyReuse string
+	// Digest computes the body digest kept with each claim; nil: over the
+	// whole body.
+	Digest *keys.Digester
 	// Requeues: the source hands requeued messages back to the broker
 	// (RabbitMQ). When false (Kafka) the pipeline holds the message and
 	// retries it itself, since the partition must not move past it.
@@ -289,6 +296,7 @@ type queueMeta struct {
 type boundMetrics struct {
 	inflight prometheus.Gauge
 	duration prometheus.Observer
+	keyReuse prometheus.Counter
 	results  map[string]prometheus.Counter
 	events   map[string]prometheus.Counter
 	classes  map[string]prometheus.Counter
@@ -298,6 +306,7 @@ func (p *Pipeline) bind(name string) *boundMetrics {
 	b := &boundMetrics{
 		inflight: p.m.InFlight.WithLabelValues(name),
 		duration: p.m.ForwardDuration.WithLabelValues(name),
+		keyReuse: p.m.KeyReuse.WithLabelValues(name),
 		results:  map[string]prometheus.Counter{},
 		events:   map[string]prometheus.Counter{},
 		classes:  map[string]prometheus.Counter{},
@@ -384,7 +393,7 @@ func (w *work) forward() forward.Result {
 		ContentType:    w.m.ContentType,
 		IdempotencyKey: w.key,
 		Attempt:        w.attempt,
-		Meta:           w.metaHeaders(),
+		Meta:           w.reuseMeta(w.metaHeaders()),
 		MessageHeaders: w.m.Headers,
 	}
 	// The attempt is copied: the callback runs on a timer's goroutine,
