@@ -145,7 +145,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if token != "" {
-		k := &admin.Keys{Store: seenset.Observe(d.store, d.metrics.Store()), Consumer: cfg.Consumer, Spaces: cfg.KeySpaces()}
+		k := &admin.Keys{Store: seenset.Observe(d.store, d.metrics.Store()), Consumer: cfg.Consumer, Spaces: cfg.KeySpaces(), Lease: cfg.SeenSet.Lease, TTL: cfg.SeenSet.TTL}
 		d.keysAPI = k.Handler(token, d.log)
 	}
 	for _, w := range cfg.Warnings() {
