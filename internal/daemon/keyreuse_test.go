@@ -124,7 +124,6 @@ var reuseKinds = []struct {
 	}},
 }
 
-
 // revalidate applies mutate to a harness whose config is already built
 // (a dead letter set after the queue was declared) and validates again.
 func revalidate(h *harness, mutate func(*config.Config)) {
