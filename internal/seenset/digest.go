@@ -3,6 +3,7 @@ package seenset
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"strings"
 )
 
 // Digest is a message body's fingerprint: the first 128 bits of its
@@ -35,7 +36,17 @@ func (d Digest) String() string { return base64.RawURLEncoding.EncodeToString(d[
 // token a claim for a body with digest d is taken under. Renew, Release
 // and Commit compare tokens whole, as before; only Claim reads the
 // digest, to tell a reuse of the key (Reused) from a duplicate.
-func WithDigest(token string, d Digest) string { return token + "/" + d.String() }
+func WithDigest(token string, d Digest) string {
+	// One allocation: it runs once per message.
+	var enc [DigestLen]byte
+	base64.RawURLEncoding.Encode(enc[:], d[:])
+	var b strings.Builder
+	b.Grow(len(token) + 1 + DigestLen)
+	b.WriteString(token)
+	b.WriteByte('/')
+	b.Write(enc[:])
+	return b.String()
+}
 
 // TokenDigest returns the digest part of a token made by WithDigest, and
 // "" for a token without one (written before digests were kept, or by a
