@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -79,6 +80,31 @@ sources:
 	code, out, _ = cli("keys", "status", "--config", cfgPath, "--", "-12")
 	if code != 0 || out != `{"key":"-12","space":"orders","state":"absent","ttl_seconds":0}`+"\n" {
 		t.Fatalf("keys status after --: %d %q", code, out)
+	}
+
+	// A done mark with a body digest: status shows it and when it was
+	// written (its expiry less seenset.ttl, 24h by default).
+	d := seenset.SumDigest([]byte(`{"meta":{"id":"ord-1"},"payload":{"amount":10}}`))
+	tok := seenset.WithDigest("tok", d)
+	if _, err := st.Claim(ctx, "cli-test:orders:ord-1", tok, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	if err := st.Commit(ctx, "cli-test:orders:ord-1", tok, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = cli("keys", "status", "ord-1", "--config", cfgPath)
+	var ks struct {
+		State     string `json:"state"`
+		Digest    string `json:"digest"`
+		WrittenAt string `json:"written_at"`
+	}
+	if err := json.Unmarshal([]byte(out), &ks); code != 0 || err != nil {
+		t.Fatalf("keys status = %d %q %q (%v)", code, out, errOut, err)
+	}
+	written, err := time.Parse(time.RFC3339Nano, ks.WrittenAt)
+	if ks.State != "done" || ks.Digest != d.String() || err != nil || written.Sub(committed).Abs() > 2*time.Second {
+		t.Fatalf("keys status = %s: want done, digest %s, written at about %s", out, d, committed.UTC())
 	}
 	for _, bad := range [][]string{
 		{"keys", "status", "--config", cfgPath},

@@ -63,7 +63,7 @@ func keys(cfg *config.Config, sub, space, key string, stdout, stderr io.Writer) 
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	k := &admin.Keys{Store: st, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces()}
+	k := &admin.Keys{Store: st, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces(), Lease: cfg.SeenSet.Lease, TTL: cfg.SeenSet.TTL}
 	if err := k.Command(ctx, sub, space, key, stdout); err != nil {
 		fmt.Fprintf(stderr, "keys %s: %v\n", sub, err)
 		return exitCode(1)
@@ -81,7 +81,7 @@ func keysList(cfg *config.Config, o admin.ListOptions, stdout, stderr io.Writer)
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k := &admin.Keys{Store: st, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces()}
+	k := &admin.Keys{Store: st, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces(), Lease: cfg.SeenSet.Lease, TTL: cfg.SeenSet.TTL}
 	res, err := k.List(ctx, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "keys list: %v\n", err)

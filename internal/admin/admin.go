@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
@@ -49,6 +50,10 @@ type Keys struct {
 	// may be left out when there is only one.
 	// Store metrics come from an observed store (seenset.Observe).
 	Spaces []string
+	// Lease and TTL are seenset.lease and seenset.ttl: a claim or done
+	// mark was written that long before it expires (written_at). Zero:
+	// not shown.
+	Lease, TTL time.Duration
 }
 
 // KeyStatus is the answer of GET /v1/keys/{key} and `keys status`.
@@ -60,6 +65,30 @@ type KeyStatus struct {
 	// TTLSeconds is the time left on the lease (inflight) or on the done
 	// mark; 0 when absent.
 	TTLSeconds float64 `json:"ttl_seconds"`
+	// Digest is the digest of the body the claim or the done mark was
+	// written for (128 bits of SHA-256, base64url); absent for a key
+	// marked done before digests were kept.
+	Digest string `json:"digest,omitempty"`
+	// WrittenAt is when the done mark was written (the commit), or the
+	// claim taken or last renewed: its expiry less seenset.ttl (lease).
+	// It is off by the difference if that setting changed since, and a
+	// claim kept for a request that may still run expires later than a
+	// lease.
+	WrittenAt string `json:"written_at,omitempty"`
+}
+
+// status is a stored key's KeyStatus.
+func (k *Keys) status(key, space string, st seenset.Status) KeyStatus {
+	ks := KeyStatus{Key: key, Space: space, State: st.State.String(), TTLSeconds: math.Round(st.TTL.Seconds()*1000) / 1000,
+		Digest: seenset.TokenDigest(st.Token)}
+	life := k.TTL
+	if st.State == seenset.Inflight {
+		life = k.Lease
+	}
+	if st.State != seenset.Absent && life > 0 {
+		ks.WrittenAt = time.Now().Add(st.TTL - life).UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)
+	}
+	return ks
 }
 
 // ListOptions choose what `keys list` and GET /v1/keys show.
@@ -125,8 +154,7 @@ func (k *Keys) List(ctx context.Context, o ListOptions) (KeyList, error) {
 			out.Truncated = true
 			return false
 		}
-		out.Keys = append(out.Keys, KeyStatus{Key: strings.TrimPrefix(key, prefix), Space: space, State: st.State.String(),
-			TTLSeconds: math.Round(st.TTL.Seconds()*1000) / 1000})
+		out.Keys = append(out.Keys, k.status(strings.TrimPrefix(key, prefix), space, st))
 		return true
 	})
 	if err != nil {
@@ -190,7 +218,7 @@ func (k *Keys) Status(ctx context.Context, space, key string) (KeyStatus, error)
 	if err != nil {
 		return KeyStatus{}, err
 	}
-	return KeyStatus{Key: key, Space: space, State: st.State.String(), TTLSeconds: math.Round(st.TTL.Seconds()*1000) / 1000}, nil
+	return k.status(key, space, st), nil
 }
 
 // Forget removes key whatever its state, so the next delivery of it is

@@ -122,6 +122,13 @@ type Source struct {
 	Path         string   `mapstructure:"path"`
 	Key          []string `mapstructure:"key"`
 	OnMissingKey string   `mapstructure:"on_missing_key"`
+	// KeyReuse is what becomes of a message whose key is done for another
+	// body: warn (ack as a duplicate, log and count), dead_letter, or
+	// forward (to the app, marked X-Dedupe-Key-Reused: true).
+	KeyReuse string `mapstructure:"key_reuse"`
+	// KeyReuseFields are the JSON paths (key rules' syntax) the body
+	// digest covers; empty: the whole body.
+	KeyReuseFields []string `mapstructure:"key_reuse_fields"`
 	// KeySpace scopes this source's stored keys: "<consumer>:<key_space>:<key>"
 	// ("<consumer>:webhook/<key_space>:<key>" for a webhook source).
 	// Empty means the source's own name, so the same id on two sources of
@@ -375,6 +382,7 @@ func DefaultSource() Source {
 		Path:         "/",
 		Key:          []string{"json:meta.id"},
 		OnMissingKey: "forward",
+		KeyReuse:     "warn",
 		RabbitMQ: RabbitMQ{
 			URL:              "amqp://guest:guest@127.0.0.1:5672/",
 			Prefetch:         64,

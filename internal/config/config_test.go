@@ -193,6 +193,10 @@ func TestValidateOneFieldAtATime(t *testing.T) {
 		{"sources[0].rabbitmq.dead_letter.mode", func(c *Config) { c.Sources[0].RabbitMQ.DeadLetter.Mode = "drop" }},
 		{"sources[0].rabbitmq.dead_letter", func(c *Config) { c.Sources[0].RabbitMQ.DeadLetter.Mode = "publish" }},
 		{"sources[0].on_missing_key", func(c *Config) { c.Sources[0].OnMissingKey = "dead_letter" }},
+		{"sources[0].key_reuse", func(c *Config) { c.Sources[0].KeyReuse = "drop" }},
+		{"sources[0].key_reuse", func(c *Config) { c.Sources[0].KeyReuse = "dead_letter" }},
+		{"sources[0].key_reuse_fields", func(c *Config) { c.Sources[0].KeyReuseFields = []string{"payload", "meta..id"} }},
+		{"sources[1].kafka.dead_letter_topic", func(c *Config) { c.Sources[1].KeyReuse = "dead_letter" }},
 		{"sources[0].rabbitmq.dead_letter.queue", func(c *Config) { c.Sources[0].RabbitMQ.DeadLetter.Queue = "orders.dead" }},
 		{"sources[0].rabbitmq.dead_letter.queue", func(c *Config) {
 			c.Sources[0].RabbitMQ.DeadLetter = RabbitDeadLetter{Mode: "dlx", Queue: c.Sources[0].RabbitMQ.Queue}

@@ -82,4 +82,7 @@ func (s *Source) validateRedis(at string, p *problems) {
 	if s.OnMissingKey == "dead_letter" && r.DeadLetter == "" {
 		p.add(source+".on_missing_key", "dead_letter needs %s.dead_letter", at)
 	}
+	if s.KeyReuse == "dead_letter" && r.DeadLetter == "" {
+		p.add(source+".key_reuse", "dead_letter needs %s.dead_letter", at)
+	}
 }

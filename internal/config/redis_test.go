@@ -61,6 +61,7 @@ func TestRedisSourceValidation(t *testing.T) {
 		{"list", func(s *Source) { s.Redis.DeadLetter = "orders.dead" },
 			`sources[0].redis.dead_letter: must carry the queue's hash tag so it shares its Cluster slot, e.g. "{orders}:dead", got "orders.dead"`},
 		{"list", func(s *Source) { s.OnMissingKey = "dead_letter" }, "sources[0].on_missing_key: dead_letter needs sources[0].redis.dead_letter"},
+		{"list", func(s *Source) { s.KeyReuse = "dead_letter" }, "sources[0].key_reuse: dead_letter needs sources[0].redis.dead_letter"},
 		{"list", func(s *Source) { s.Redis.Stream = "s" }, "sources[0].redis.stream: is for mode stream"},
 		{"stream", func(s *Source) { s.Redis.Stream = "" }, "sources[0].redis.stream: must be set"},
 		{"stream", func(s *Source) { s.Redis.ClaimIdle = 0 }, "sources[0].redis.claim_idle: must be at least 3s, got 0s"},

@@ -224,6 +224,12 @@ func (s *Source) validate(at string, p *problems) {
 		}
 	}
 	p.oneOf(at+".on_missing_key", s.OnMissingKey, "forward", "dead_letter")
+	p.oneOf(at+".key_reuse", s.KeyReuse, "warn", "dead_letter", "forward")
+	if _, err := keys.ParseDigestFields(s.KeyReuseFields); err != nil {
+		for _, e := range unjoin(err) {
+			p.add(at+".key_reuse_fields", "%v", e)
+		}
+	}
 	if s.KeySpace != "" && !nameRE.MatchString(s.KeySpace) {
 		// No ':' either: it would let "<space>:<key>" of one source equal
 		// another source's key.
@@ -272,6 +278,9 @@ func (s *Source) validate(at string, p *problems) {
 		if s.OnMissingKey == "dead_letter" && r.DeadLetter.Mode == "none" {
 			p.add(strings.TrimSuffix(at, ".rabbitmq")+".on_missing_key", "dead_letter needs %s.dead_letter.mode dlx or publish", at)
 		}
+		if s.KeyReuse == "dead_letter" && r.DeadLetter.Mode == "none" {
+			p.add(strings.TrimSuffix(at, ".rabbitmq")+".key_reuse", "dead_letter needs %s.dead_letter.mode dlx or publish", at)
+		}
 	case "redis":
 		s.validateRedis(at+".redis", p)
 	case "kafka":
@@ -311,6 +320,9 @@ func (s *Source) validate(at string, p *problems) {
 		p.kafkaSecurity(at, k.SASL, k.TLS)
 		if s.OnMissingKey == "dead_letter" && k.DeadLetterTopic == "" {
 			p.add(at+".dead_letter_topic", "must be set when on_missing_key is dead_letter")
+		}
+		if s.KeyReuse == "dead_letter" && k.DeadLetterTopic == "" {
+			p.add(at+".dead_letter_topic", "must be set when key_reuse is dead_letter")
 		}
 		for i, b := range k.Brokers {
 			if _, _, err := net.SplitHostPort(b); err != nil {

@@ -145,7 +145,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if token != "" {
-		k := &admin.Keys{Store: seenset.Observe(d.store, d.metrics.Store()), Consumer: cfg.Consumer, Spaces: cfg.KeySpaces()}
+		k := &admin.Keys{Store: seenset.Observe(d.store, d.metrics.Store()), Consumer: cfg.Consumer, Spaces: cfg.KeySpaces(), Lease: cfg.SeenSet.Lease, TTL: cfg.SeenSet.TTL}
 		d.keysAPI = k.Handler(token, d.log)
 	}
 	for _, w := range cfg.Warnings() {
@@ -191,8 +191,14 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
 		}
 		undo = append(undo, func() { _ = src.Close() })
+		dg, err := keys.ParseDigestFields(sc.KeyReuseFields)
+		if err != nil {
+			return nil, fmt.Errorf("source %s key_reuse_fields: %w", sc.Name, err)
+		}
 		so := pipeline.SourceOptions{
 			Name:                 sc.Name,
+			KeyReuse:             sc.KeyReuse,
+			Digest:               dg,
 			Kind:                 sc.Type,
 			Path:                 sc.Path,
 			ContentType:          sc.ContentType,

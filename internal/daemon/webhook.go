@@ -32,8 +32,14 @@ func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key: %w", err)
 	}
+	dg, err := keys.ParseDigestFields(sc.KeyReuseFields)
+	if err != nil {
+		return nil, fmt.Errorf("key_reuse_fields: %w", err)
+	}
 	o := webhook.Options{
 		Name:           sc.Name,
+		KeyReuse:       sc.KeyReuse,
+		Digest:         dg,
 		Prefix:         cfg.Consumer + ":" + sc.StoredKeySpace() + ":",
 		Profile:        w.Profile,
 		Verifier:       v,

@@ -257,3 +257,75 @@ func TestWebhookAndItsConsumerNeverShareKeys(t *testing.T) {
 		t.Errorf("the webhook deployment's key spaces are %v, want [webhook/orders]", got)
 	}
 }
+
+// A signed event whose id was stored with another body: 422 and nothing
+// stored under key_reuse: dead_letter; the usual 2xx duplicate (and the
+// counter) under warn; under forward, the app gets it marked, once.
+func TestWebhookKeyReuse(t *testing.T) {
+	first := []byte(`{"type":"order.paid","data":{"amount":10}}`)
+	other := []byte(`{"type":"order.paid","data":{"amount":99}}`)
+	for _, tc := range []struct {
+		action      string
+		status      int
+		app         int
+		duplicates  float64
+		rejected422 float64
+	}{
+		{"dead_letter", http.StatusUnprocessableEntity, 1, 1, 1},
+		{"warn", http.StatusOK, 1, 2, 0},
+		{"forward", http.StatusOK, 2, 2, 0},
+	} {
+		t.Run(tc.action, func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) {
+				wh := webhookSource(t)
+				wh.Webhook.Mode = "forward"
+				wh.KeyReuse = tc.action
+				c.Sources = append(c.Sources, wh)
+			})
+			p := h.start()
+			addr := p.d.WebhookAddr("hooks")
+			if got := testutil.Counter(t, p.d.Registry(), "dedupe_proxy_key_reuse_total", map[string]string{"source": "hooks"}); got != 0 {
+				t.Fatalf("key_reuse_total{source=hooks} = %v before any event, want a series at 0", got)
+			}
+			if c := postEvent(t, addr, "evt_1", first); c != http.StatusOK {
+				t.Fatalf("first: %d", c)
+			}
+			if c := postEvent(t, addr, "evt_1", other); c != tc.status {
+				t.Fatalf("other body: %d, want %d", c, tc.status)
+			}
+			if c := postEvent(t, addr, "evt_1", first); c != http.StatusOK {
+				t.Fatalf("first again: %d, want the 2xx of a duplicate", c)
+			}
+			if tc.action == "forward" {
+				if c := postEvent(t, addr, "evt_1", other); c != http.StatusOK {
+					t.Fatalf("other body again: %d", c)
+				}
+			}
+			rs := h.app.Requests()
+			if len(rs) != tc.app {
+				t.Fatalf("app got %d requests, want %d", len(rs), tc.app)
+			}
+			if tc.action == "forward" && (string(rs[1].Body) != string(other) || rs[1].Header.Get("X-Dedupe-Key-Reused") != "true") {
+				t.Fatalf("the reused body reached the app as %q with %v", rs[1].Body, rs[1].Header)
+			}
+			reg := p.d.Registry()
+			want := 1.0
+			if tc.action == "forward" {
+				want = 2 // the second copy of the other body is caught at the key again
+			}
+			if got := testutil.Counter(t, reg, "dedupe_proxy_key_reuse_total", map[string]string{"source": "hooks"}); got != want {
+				t.Fatalf("key_reuse_total = %v, want %v", got, want)
+			}
+			if got := testutil.Counter(t, reg, "dedupe_proxy_webhook_duplicates_total", map[string]string{"source": "hooks"}); got != tc.duplicates {
+				t.Fatalf("webhook duplicates = %v, want %v", got, tc.duplicates)
+			}
+			if got := testutil.Counter(t, reg, "dedupe_proxy_webhook_rejected_total", map[string]string{"source": "hooks", "reason": "key_reused"}); got != tc.rejected422 {
+				t.Fatalf("rejected key_reused = %v, want %v", got, tc.rejected422)
+			}
+			st, err := p.d.Store().Status(context.Background(), "test:webhook/hooks:evt_1")
+			if err != nil || st.State != seenset.Done || seenset.TokenDigest(st.Token) != seenset.SumDigest(first).String() {
+				t.Fatalf("evt_1: %v %v; want done with the first body's digest", st, err)
+			}
+		})
+	}
+}

@@ -65,6 +65,9 @@ type Metrics struct {
 	KafkaCommits    *prometheus.CounterVec
 	KafkaCommitFail *prometheus.CounterVec
 	PartitionHeld   *prometheus.GaugeVec
+	// KeyReuse counts messages whose key was already done for another
+	// body (key_reuse), whatever was done with them.
+	KeyReuse *prometheus.CounterVec
 	// RedisReclaimed, RedisQueued and RedisReserved are for Redis list
 	// sources.
 	RedisReclaimed *prometheus.CounterVec
@@ -142,6 +145,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dedupe_proxy_kafka_commit_failures_total",
 			Help: "Offset commits that failed.",
 		}, []string{"source"}),
+		KeyReuse: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_proxy_key_reuse_total",
+			Help: "Messages whose key was already processed for another body (a different digest): acked as duplicates (key_reuse: warn), dead-lettered or forwarded marked.",
+		}, []string{"source"}),
 		PartitionHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dedupe_proxy_kafka_partitions_held",
 			Help: "Partitions not advancing because a message keeps failing and no dead-letter topic is set.",
@@ -177,7 +184,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.connected = &refreshed{GaugeVec: m.Connected}
 	if reg != nil {
 		reg.MustRegister(m.Messages, m.Events, m.ForwardDuration, m.AppResponses, m.StoreDuration, m.StoreErrors,
-			m.InFlight, m.BusyWaiting, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld,
+			m.InFlight, m.BusyWaiting, m.Reconnects, m.connected, m.AppUp, m.KafkaLag, m.KafkaCommits, m.KafkaCommitFail, m.PartitionHeld, m.KeyReuse,
 			m.RedisReclaimed, m.RedisQueued, m.RedisReserved, m.SeenSetEvicting, m.SeenSetPersistent)
 		m.Webhook.register(reg)
 	}
@@ -198,6 +205,7 @@ func (m *Metrics) InitSource(source, kind string) {
 		m.AppResponses.WithLabelValues(source, c)
 	}
 	m.ForwardDuration.WithLabelValues(source)
+	m.KeyReuse.WithLabelValues(source)
 	m.InFlight.WithLabelValues(source)
 	m.BusyWaiting.WithLabelValues(source)
 	m.Reconnects.WithLabelValues(source)

@@ -18,6 +18,7 @@ const (
 	WebhookAppFailed         = "app_failed"         // 502/503: forward mode, the app did not answer 2xx
 	WebhookKeyUnusable       = "key_unusable"       // 500: the key's seen-set entry holds a foreign value
 	WebhookAppSlow           = "app_slow"           // 503: forward mode, no answer within app.timeout; the request stays open with the key held
+	WebhookKeyReused         = "key_reused"         // 422: key_reuse dead_letter, the event id was stored with another body
 )
 
 // How a webhook event was stored: the labels of
@@ -29,7 +30,7 @@ const (
 
 var webhookReasons = []string{WebhookUnsigned, WebhookBadSignature, WebhookStale, WebhookTooLarge, WebhookNoKey,
 	WebhookBadRequest, WebhookOverloaded, WebhookBusy, WebhookStoreUnavailable, WebhookTargetUnavailable,
-	WebhookAppFailed, WebhookKeyUnusable, WebhookAppSlow}
+	WebhookAppFailed, WebhookKeyUnusable, WebhookAppSlow, WebhookKeyReused}
 
 // WebhookReasons lists every rejected label value.
 func WebhookReasons() []string { return webhookReasons }
@@ -86,8 +87,10 @@ type WebhookMetrics struct {
 	Duplicates prometheus.Counter
 	Enqueued   prometheus.Counter
 	Forwarded  prometheus.Counter
-	Duration   prometheus.Observer
-	rejected   map[string]prometheus.Counter
+	// KeyReuse is dedupe_proxy_key_reuse_total of this source.
+	KeyReuse prometheus.Counter
+	Duration prometheus.Observer
+	rejected map[string]prometheus.Counter
 }
 
 // Rejected counts one non-2xx answer.
@@ -103,6 +106,7 @@ func (m *Metrics) ForWebhook(name string) *WebhookMetrics {
 		Enqueued:   v.Accepted.WithLabelValues(name, WebhookEnqueued),
 		Forwarded:  v.Accepted.WithLabelValues(name, WebhookForwarded),
 		Duration:   v.Duration.WithLabelValues(name),
+		KeyReuse:   m.KeyReuse.WithLabelValues(name),
 		rejected:   map[string]prometheus.Counter{},
 	}
 	for _, r := range webhookReasons {

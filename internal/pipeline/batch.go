@@ -72,6 +72,11 @@ func (p *Pipeline) batchItem(w *work, c aheadClaim, claimedAt time.Time, g *comm
 		case seenset.Duplicate:
 			w.ack(metrics.Duplicate)
 			return true
+		case seenset.Reused:
+			if w.keyReused() == settled {
+				return true
+			}
+			// Forwarded under its own key: off the fast path.
 		case seenset.Claimed:
 			w.c.held = c.token
 			ok := w.useAhead(c.token, claimedAt)
@@ -126,7 +131,7 @@ func (p *Pipeline) claimAhead(ws []work) ([]aheadClaim, time.Time) {
 			continue
 		}
 		inBatch[w.full] = struct{}{}
-		claims[i].token = p.newToken()
+		claims[i].token = w.token()
 		items = append(items, seenset.KeyToken{Key: w.full, Token: claims[i].token})
 		at = append(at, i)
 	}

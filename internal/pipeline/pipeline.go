@@ -92,6 +92,13 @@ type SourceOptions struct {
 	// DeadLetterMissingKey dead-letters messages without a usable key
 	// instead of forwarding them without dedupe.
 	DeadLetterMissingKey bool
+	// KeyReuse is what becomes of a message whose key is done for another
+	// body: claim.KeyReuseWarn ("" too), KeyReuseDeadLetter or
+	// KeyReuseForward.
+	KeyReuse string
+	// Digest computes the body digest kept with each claim; nil: over the
+	// whole body.
+	Digest *keys.Digester
 	// Requeues: the source hands requeued messages back to the broker
 	// (RabbitMQ). When false (Kafka) the pipeline holds the message and
 	// retries it itself, since the partition must not move past it.
@@ -311,6 +318,7 @@ type boundMetrics struct {
 	inflight prometheus.Gauge
 	waiting  prometheus.Gauge
 	duration prometheus.Observer
+	keyReuse prometheus.Counter
 	results  map[string]prometheus.Counter
 	events   map[string]prometheus.Counter
 	classes  map[string]prometheus.Counter
@@ -321,6 +329,7 @@ func (p *Pipeline) bind(name string) *boundMetrics {
 		inflight: p.m.InFlight.WithLabelValues(name),
 		waiting:  p.m.BusyWaiting.WithLabelValues(name),
 		duration: p.m.ForwardDuration.WithLabelValues(name),
+		keyReuse: p.m.KeyReuse.WithLabelValues(name),
 		results:  map[string]prometheus.Counter{},
 		events:   map[string]prometheus.Counter{},
 		classes:  map[string]prometheus.Counter{},
@@ -407,7 +416,7 @@ func (w *work) forward() forward.Result {
 		ContentType:    w.contentType(),
 		IdempotencyKey: w.key,
 		Attempt:        w.attempt,
-		Meta:           w.metaHeaders(),
+		Meta:           w.reuseMeta(w.metaHeaders()),
 		MessageHeaders: w.m.Headers,
 	}
 	// The attempt is copied: the callback runs on a timer's goroutine,

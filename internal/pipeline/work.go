@@ -32,7 +32,12 @@ type work struct {
 	d    broker.Delivery
 	m    *broker.Message
 	key  string // message key, "" when none
-	full string // "<consumer>:<key space>:<key>"
+	full string // "<consumer>:<key space>:<key>" (claim.ReuseKey once reused)
+	// digest is the body's (key_reuse_fields), carried by every claim.
+	digest seenset.Digest
+	// reused: the key was done for another body and the message is
+	// forwarded under claim.ReuseKey (key_reuse: forward).
+	reused bool
 	// identified: identify ran; why says why there is no key.
 	identified bool
 	why        string
@@ -109,6 +114,7 @@ type acquired int
 const (
 	claimed   acquired = iota // forward under w.c.token (or without the store)
 	duplicate                 // processed already: ack without forwarding
+	reused                    // processed already, for another body: key_reuse says
 	busy                      // another owner holds the key
 	stop                      // settled already (requeued, given up); nothing left to do
 )
@@ -141,6 +147,7 @@ func (w *work) identify() problem {
 		if w.key != "" {
 			w.full = w.s.prefix + w.key
 			w.withStore = true
+			w.digest = w.s.Digest.Digest(w.m.Body)
 		}
 	}
 	if w.key == "" {
@@ -203,6 +210,11 @@ func (w *work) loop() (handedOff bool) {
 		case duplicate:
 			w.ack(metrics.Duplicate)
 			return false
+		case reused:
+			if w.keyReused() == settled {
+				return false
+			}
+			continue
 		case busy:
 			w.event(metrics.EventBusy)
 			ch := w.busyWait
@@ -288,7 +300,7 @@ func (w *work) acquire() acquired {
 		token := w.c.prior
 		w.c.prior = ""
 		if token == "" {
-			token = p.newToken()
+			token = w.token()
 		}
 		since := p.locals.reserve(w.full)
 		res, err := w.claim(token)
@@ -320,6 +332,8 @@ func (w *work) acquire() acquired {
 		switch res {
 		case seenset.Duplicate:
 			return duplicate
+		case seenset.Reused:
+			return reused
 		case seenset.Busy:
 			return busy
 		}

@@ -106,6 +106,8 @@ func (m *Memory) Claim(ctx context.Context, key, token string, lease time.Durati
 	case !ok || (e.state == Inflight && e.token == token):
 		m.put(key, memEntry{state: Inflight, token: token, expires: now.Add(lease)}, now)
 		return Claimed, nil
+	case e.state == Done && reused(e.token, token):
+		return Reused, nil
 	case e.state == Done:
 		return Duplicate, nil
 	default:

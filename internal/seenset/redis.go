@@ -180,6 +180,7 @@ const (
 	replyNotOwner = 0
 	replyDup      = 2
 	replyBusy     = 3
+	replyReused   = 4
 )
 
 // Every script reads the value first and refuses to touch a value it does
@@ -192,13 +193,27 @@ if v and string.sub(v, 1, 9) ~= 'inflight:' and string.sub(v, 1, 5) ~= 'done:' t
 end
 `
 
+// luaDigest is TokenDigest.
+const luaDigest = `
+local function digest(t)
+  if #t >= 24 and string.sub(t, -23, -23) == '/' then
+    return string.sub(t, -22)
+  end
+  return ''
+end
+`
+
 // KEYS[1] key, ARGV[1] token, ARGV[2] lease ms.
-var claimScript = redis.NewScript(luaParse + `
+var claimScript = redis.NewScript(luaDigest + luaParse + `
 if not v then
   redis.call('SET', KEYS[1], 'inflight:' .. ARGV[1], 'PX', ARGV[2])
   return 1
 end
 if string.sub(v, 1, 5) == 'done:' then
+  local held, mine = digest(string.sub(v, 6)), digest(ARGV[1])
+  if held ~= '' and mine ~= '' and held ~= mine then
+    return 4
+  end
   return 2
 end
 if v == 'inflight:' .. ARGV[1] then
@@ -295,6 +310,9 @@ func (r *Redis) claimFound(ctx context.Context, key, token string, lease time.Du
 	case absent:
 		return Claimed, nil
 	case strings.HasPrefix(old, "done:"):
+		if reused(old[len("done:"):], token) {
+			return Reused, nil
+		}
 		return Duplicate, nil
 	case old == "inflight:"+token:
 		// Our own claim, retried after a lost reply: it is ours, and its
@@ -335,6 +353,8 @@ func claimResult(n int64) (ClaimResult, error) {
 		return Duplicate, nil
 	case replyBusy:
 		return Busy, nil
+	case replyReused:
+		return Reused, nil
 	}
 	return 0, unexpectedReply(n)
 }

@@ -33,6 +33,11 @@ const (
 	// Busy: another owner holds a live lease on the key (it is being
 	// forwarded right now); neither forward nor ack, try again later.
 	Busy
+	// Reused: the key was processed already, for another body: the done
+	// mark's token and the claim's carry digests (WithDigest) that
+	// differ. Nothing was changed; what becomes of the message is the
+	// source's key_reuse.
+	Reused
 )
 
 func (r ClaimResult) String() string {
@@ -43,6 +48,8 @@ func (r ClaimResult) String() string {
 		return "duplicate"
 	case Busy:
 		return "busy"
+	case Reused:
+		return "reused"
 	}
 	return "unknown"
 }
@@ -78,7 +85,8 @@ type Status struct {
 	// when Absent.
 	TTL time.Duration
 	// Token is the owner token of the lease or of the commit; empty when
-	// Absent.
+	// Absent. TokenDigest(Token) is the digest of the body it was taken
+	// for, if it carries one.
 	Token string
 }
 
@@ -113,6 +121,8 @@ type Store interface {
 	// Absent (or expired) → inflight:<token>, Claimed. Done → Duplicate.
 	// Inflight under another token → Busy. Inflight under the same token
 	// → Claimed, and the lease is reset (a retried Claim is idempotent).
+	// Done under a token whose digest differs from token's (both made by
+	// WithDigest) → Reused, nothing changed.
 	Claim(ctx context.Context, key, token string, lease time.Duration) (ClaimResult, error)
 
 	// Renew extends the caller's lease. ErrNotOwner when the key is no

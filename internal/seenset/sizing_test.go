@@ -32,15 +32,19 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 	for _, tc := range []struct {
 		name, key string
 		hashOver  int
+		digest    bool // tokens carry a body digest (seenset.WithDigest), as the proxy's do
 	}{
 		// "<consumer>:<source>:<meta.id>" as the proxy stores it; the
 		// default prefix dedupe: comes on top.
-		{"short-id", "billing:payments:pay-%06d", 0},
-		{"meta.id-36", "billing:payments:" + uuid[:31] + "%05d", 0},
-		{"key-200", "billing:payments:" + strings.Repeat("y", 171) + "%05d", 0},
+		{"short-id", "billing:payments:pay-%06d", 0, false},
+		{"meta.id-36", "billing:payments:" + uuid[:31] + "%05d", 0, false},
+		{"key-200", "billing:payments:" + strings.Repeat("y", 171) + "%05d", 0, false},
 		// The same keys with seenset.redis.hash_keys_over: 64.
-		{"meta.id-36-hash64", "billing:payments:" + uuid[:31] + "%05d", 64},
-		{"key-200-hash64", "billing:payments:" + strings.Repeat("y", 171) + "%05d", 64},
+		{"meta.id-36-hash64", "billing:payments:" + uuid[:31] + "%05d", 64, false},
+		{"key-200-hash64", "billing:payments:" + strings.Repeat("y", 171) + "%05d", 64, false},
+		// The proxy's tokens since key reuse is detected.
+		{"short-id-digest", "billing:payments:pay-%06d", 0, true},
+		{"meta.id-36-digest", "billing:payments:" + uuid[:31] + "%05d", 0, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := testutil.StartRedis(b)
@@ -58,7 +62,11 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 			for i := 0; i < n; i += 1000 {
 				var items []seenset.KeyToken
 				for j := i; j < i+1000; j++ {
-					items = append(items, seenset.KeyToken{Key: fmt.Sprintf(tc.key, j%1000000), Token: "nzpsLht9T4A" + strconv.FormatInt(int64(j), 36)})
+					tok := "nzpsLht9T4A" + strconv.FormatInt(int64(j), 36)
+					if tc.digest {
+						tok = seenset.WithDigest(tok, seenset.SumDigest([]byte(tok)))
+					}
+					items = append(items, seenset.KeyToken{Key: fmt.Sprintf(tc.key, j%1000000), Token: tok})
 				}
 				for _, r := range s.ClaimMany(ctx, items, 30*time.Second) {
 					if r.Err != nil || r.Result != seenset.Claimed {
@@ -79,6 +87,12 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 			time.Sleep(2 * time.Second)
 			b.ReportMetric(float64(usedMemory(b, c)-before)/n, "B/key")
 			b.ReportMetric(float64(len("dedupe:"+fmt.Sprintf(tc.key, 0))), "key-bytes")
+			// MEMORY USAGE of one key: what Redis itself counts for it.
+			var mu int64
+			for j := 0; j < n; j += n / 10 {
+				mu += c.MemoryUsage(ctx, "dedupe:"+fmt.Sprintf(tc.key, j)).Val()
+			}
+			b.ReportMetric(float64(mu)/10, "MEMORY-USAGE-B")
 		})
 	}
 }

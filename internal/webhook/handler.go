@@ -61,8 +61,12 @@ type Options struct {
 	Keys         *keys.Extractor
 	KeyFromRules bool
 	Store        seenset.Store
-	Lease        time.Duration
-	TTL          time.Duration
+	// KeyReuse is the source's key_reuse (claim.KeyReuse*; "" is warn)
+	// and Digest its key_reuse_fields (nil: the whole body).
+	KeyReuse string
+	Digest   *keys.Digester
+	Lease    time.Duration
+	TTL      time.Duration
 	// BusyDelay is the Retry-After of a 409 (the event is being stored by
 	// another request right now).
 	BusyDelay time.Duration
@@ -290,12 +294,23 @@ func (h *Handler) key(hd http.Header, body []byte) (string, string) {
 
 func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body []byte) {
 	full := h.o.Prefix + key
-	token := h.claims.NewToken()
+	digest := h.o.Digest.Digest(body)
+	token := seenset.WithDigest(h.claims.NewToken(), digest)
 	// The sender hanging up must not cut a publish or commit short: the
 	// work goes on and its retry then finds the key done.
 	ctx := context.WithoutCancel(r.Context())
 	from := time.Now()
 	res, err := h.claims.Claim(ctx, full, token)
+	reused := err == nil && res == seenset.Reused
+	if reused {
+		if !h.keyReused(ctx, w, full, key, digest) {
+			return
+		}
+		// key_reuse: forward: this body under its own key.
+		full = claim.ReuseKey(full, digest)
+		from = time.Now()
+		res, err = h.claims.Claim(ctx, full, token)
+	}
 	switch {
 	case errors.Is(err, seenset.ErrKeyUnusable):
 		h.log.Error("webhook key's seen-set entry is unusable; an operator must remove it", "key", key, "err", err)
@@ -316,6 +331,11 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 	}
 
 	headers := eventHeaders(r.Header, SignatureHeaders(h.o.Profile, h.o.Verifier.generic))
+	meta := []forward.Header{{Name: "X-Dedupe-Source", Value: h.o.Name}, {Name: "X-Dedupe-Broker", Value: "webhook"}}
+	if reused {
+		headers[strings.ToLower(claim.ReusedHeader)] = "true"
+		meta = append(meta, forward.Header{Name: claim.ReusedHeader, Value: "true"})
+	}
 	if h.o.Sink != nil {
 		pctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
 		err := h.o.Sink.Publish(pctx, Event{Key: key, Body: body, ContentType: r.Header.Get("Content-Type"), Headers: headers, Source: h.o.Name})
@@ -343,7 +363,7 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 	h.open.Add(1)
 	go func() {
 		defer h.open.Done()
-		res := h.forward(full, token, key, from, body, r.Header.Get("Content-Type"), headers, f.slowed)
+		res := h.forward(full, token, key, from, body, r.Header.Get("Content-Type"), meta, headers, f.slowed)
 		h.settle(ctx, full, token, key, res)
 		f.done <- res
 	}()
@@ -360,6 +380,36 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 		h.log.Warn("the app has not answered within app.timeout; the sender is asked to retry later while the request stays open with the key held", "key", key)
 		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookAppSlow, "the app is still processing this event; retry later", max(h.o.BusyDelay, unavailableRetryAfter))
 	}
+}
+
+// keyReused answers an event whose id was stored with another body, by
+// key_reuse, and reports whether it is to be stored all the same
+// (forward). Under dead_letter it is refused with 422, as Stripe answers
+// an idempotency key reused with other parameters: a retry cannot help,
+// and nothing is stored. Under warn it is answered as a duplicate.
+func (h *Handler) keyReused(ctx context.Context, w http.ResponseWriter, full, key string, d seenset.Digest) bool {
+	h.m.KeyReuse.Inc()
+	stored := "unknown"
+	sctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
+	if st, err := h.claims.Store().Status(sctx, full); err == nil && st.State == seenset.Done {
+		stored = seenset.TokenDigest(st.Token)
+	}
+	cancel()
+	attrs := []any{"key", key, "digest", d.String(), "stored_digest", stored}
+	switch h.o.KeyReuse {
+	case claim.KeyReuseDeadLetter:
+		h.log.Warn("event id reused with a different body: refused with 422 (key_reuse: dead_letter)", attrs...)
+		h.refuse(w, http.StatusUnprocessableEntity, metrics.WebhookKeyReused, claim.ReasonKeyReused, 0)
+		return false
+	case claim.KeyReuseForward:
+		h.log.Warn("event id reused with a different body: stored with "+claim.ReusedHeader+": true (key_reuse: forward)", attrs...)
+		return true
+	}
+	h.log.Warn("event id reused with a different body: answered as a duplicate (key_reuse: warn)", attrs...)
+	h.m.Duplicates.Inc()
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, "duplicate\n")
+	return false
 }
 
 // openForward is one forward's way back to its request: its result, or
@@ -387,7 +437,7 @@ func (h *Handler) answer(w http.ResponseWriter, res forward.Result) {
 
 // forward sends the event to the app, holding the claim (renewing its
 // lease) for as long as the request is open.
-func (h *Handler) forward(full, token, key string, from time.Time, body []byte, ct string, headers map[string]string, slow func()) forward.Result {
+func (h *Handler) forward(full, token, key string, from time.Time, body []byte, ct string, meta []forward.Header, headers map[string]string, slow func()) forward.Result {
 	stop := h.claims.Hold(full, token, from, func(error) {
 		h.log.Error("lease lost while forwarding: another request claimed the event and may forward it too", "key", key)
 	})
@@ -397,7 +447,7 @@ func (h *Handler) forward(full, token, key string, from time.Time, body []byte, 
 		Body:           body,
 		ContentType:    ct,
 		IdempotencyKey: key,
-		Meta:           []forward.Header{{Name: "X-Dedupe-Source", Value: h.o.Name}, {Name: "X-Dedupe-Broker", Value: "webhook"}},
+		Meta:           meta,
 		MessageHeaders: headers,
 		OnSlow:         slow,
 	})

@@ -60,6 +60,10 @@ func Run(t *testing.T, newStore func(t *testing.T) seenset.Store) {
 		// through the per-item fallback: the same answers either way.
 		{"ClaimManyCommitMany", testBatch},
 		{"ClaimManyFallback", func(t *testing.T, s seenset.Store) { testBatch(t, plainStore{s}) }},
+		{"DigestReusedOrDuplicate", testDigest},
+		{"DigestKeptByClaimAndCommit", testDigestKept},
+		{"DigestReusedInBatch", func(t *testing.T, s seenset.Store) { testDigestBatch(t, s) }},
+		{"DigestReusedInBatchFallback", func(t *testing.T, s seenset.Store) { testDigestBatch(t, plainStore{s}) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -584,5 +588,73 @@ func testBatch(t *testing.T, s seenset.Store) {
 
 	if got := seenset.ClaimMany(ctx(t), s, nil, long); len(got) != 0 {
 		t.Fatalf("ClaimMany(nil) = %v", got)
+	}
+}
+
+var (
+	bodyA = seenset.SumDigest([]byte(`{"meta":{"id":"ord-1"},"payload":{"amount":10}}`))
+	bodyB = seenset.SumDigest([]byte(`{"meta":{"id":"ord-1"},"payload":{"amount":99}}`))
+)
+
+// testDigest: a done key claimed for another body is Reused and left as
+// it was; for the same body, or when either side has no digest (a mark
+// written before digests were kept, a caller keeping none), Duplicate.
+func testDigest(t *testing.T, s seenset.Store) {
+	k := key(t)
+	a := seenset.WithDigest(tok(1), bodyA)
+	mustClaim(t, s, k, a, long, seenset.Claimed)
+	mustOK(t, "Commit", s.Commit(ctx(t), k, a, long))
+	mustClaim(t, s, k, seenset.WithDigest(tok(2), bodyB), long, seenset.Reused)
+	mustClaim(t, s, k, seenset.WithDigest(tok(3), bodyA), long, seenset.Duplicate)
+	mustClaim(t, s, k, tok(4), long, seenset.Duplicate)
+	st := mustStatus(t, s, k, seenset.Done, a)
+	if got := seenset.TokenDigest(st.Token); got != bodyA.String() {
+		t.Fatalf("digest after a refused reuse = %q, want the first body's %q", got, bodyA)
+	}
+
+	old := key(t)
+	mustClaim(t, s, old, tok(5), long, seenset.Claimed)
+	mustOK(t, "Commit", s.Commit(ctx(t), old, tok(5), long))
+	mustClaim(t, s, old, seenset.WithDigest(tok(6), bodyB), long, seenset.Duplicate)
+	mustStatus(t, s, old, seenset.Done, tok(5))
+}
+
+// testDigestKept: the claim holds its digest while inflight (another
+// body finds it Busy, not Reused: the holder may still fail), Renew and
+// Release act on the whole token, and a commit keeps the digest.
+func testDigestKept(t *testing.T, s seenset.Store) {
+	k := key(t)
+	a, b := seenset.WithDigest(tok(1), bodyA), seenset.WithDigest(tok(2), bodyB)
+	mustClaim(t, s, k, a, long, seenset.Claimed)
+	st := mustStatus(t, s, k, seenset.Inflight, a)
+	if got := seenset.TokenDigest(st.Token); got != bodyA.String() {
+		t.Fatalf("inflight digest = %q, want %q", got, bodyA)
+	}
+	mustClaim(t, s, k, b, long, seenset.Busy)
+	mustClaim(t, s, k, a, long, seenset.Claimed) // its own claim again
+	mustNotOwner(t, "Renew without the digest", s.Renew(ctx(t), k, tok(1), long))
+	mustOK(t, "Renew", s.Renew(ctx(t), k, a, long))
+	mustOK(t, "Release", s.Release(ctx(t), k, a))
+	mustClaim(t, s, k, b, long, seenset.Claimed)
+	mustOK(t, "Commit", s.Commit(ctx(t), k, b, long))
+	mustClaim(t, s, k, a, long, seenset.Reused)
+	mustOK(t, "Commit again", s.Commit(ctx(t), k, b, long))
+	mustStatus(t, s, k, seenset.Done, b)
+}
+
+func testDigestBatch(t *testing.T, s seenset.Store) {
+	done := key(t)
+	a := seenset.WithDigest(tok(1), bodyA)
+	mustClaim(t, s, done, a, long, seenset.Claimed)
+	mustOK(t, "Commit", s.Commit(ctx(t), done, a, long))
+	replies := seenset.ClaimMany(ctx(t), s, []seenset.KeyToken{
+		{Key: done, Token: seenset.WithDigest(tok(2), bodyB)},
+		{Key: done, Token: seenset.WithDigest(tok(3), bodyA)},
+	}, long)
+	want := []seenset.ClaimResult{seenset.Reused, seenset.Duplicate}
+	for i, r := range replies {
+		if r.Err != nil || r.Result != want[i] {
+			t.Fatalf("ClaimMany item %d = %v, %v; want %v", i, r.Result, r.Err, want[i])
+		}
 	}
 }
