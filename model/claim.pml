@@ -96,6 +96,7 @@
  *   claim.Protocol.TTL        accessor (the done mark never expires here)
  *   claim.Protocol.Renew      the batch path renewing a claim taken ahead (pipeline.work.useAhead)
  *   claim.StoreState.StoreCall  logging of the store's state
+ *   claim.ReuseKey            the key a reused body (key_reuse: forward) is claimed under: another key, the same protocol
  */
 
 /* ---- parameters (ticks and budgets) ---- */
