@@ -364,7 +364,7 @@ sources:
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get("http://" + admin + "/readyz")
+		resp, err := http.Get("http://" + admin + "/readyz?deps=1")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -372,7 +372,7 @@ sources:
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz not 200 within 20s (%v):\n%s", err, stderr.String())
+			t.Fatalf("/readyz?deps=1 not 200 within 20s (%v):\n%s", err, stderr.String())
 		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -50,7 +50,9 @@ Duplicates are acked without reaching the app. On SIGTERM it stops
 consuming, lets forwards in progress finish for shutdown_timeout, and
 gives back (requeues) whatever is left.
 
-It serves /healthz, /readyz and /metrics on admin.listen. Logs go to
+It serves /healthz, /readyz and /metrics on admin.listen: /readyz
+answers 200 while the process serves and lists each dependency;
+/readyz?deps=1 answers 503 while a source or Redis is down. Logs go to
 stderr (log.format json or text); the first line names every listener.
 Exit status 0 after a clean stop, 1 on an invalid config or a source
 that failed for good.
