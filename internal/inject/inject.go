@@ -45,6 +45,9 @@ const (
 	AnnotationNativeSidecar = Prefix + "native-sidecar"
 	// AnnotationAdminPort is the port of the config's admin.listen.
 	AnnotationAdminPort = Prefix + "admin-port"
+	// AnnotationReadiness is what the sidecar's readiness probe reports:
+	// ReadinessProcess (absent) or ReadinessDeps.
+	AnnotationReadiness = Prefix + "readiness"
 	// Resource overrides of the sidecar.
 	AnnotationCPURequest    = Prefix + "cpu-request"
 	AnnotationMemoryRequest = Prefix + "memory-request"
@@ -84,9 +87,25 @@ const (
 	DefaultGracePeriod = 45
 )
 
+// Values of AnnotationReadiness, and the probe path of each.
+const (
+	// ReadinessProcess: the pod is ready while the proxy process serves,
+	// whatever Redis and the broker do. A pod's readiness puts it in or
+	// out of every Service that selects it, the app's included: a Redis
+	// blip must not take every replica out of the app's Service (the
+	// proxy holds messages unacked meanwhile).
+	ReadinessProcess = "process"
+	// ReadinessDeps: the pod is ready only while every source is
+	// connected and Redis answers, for pods that serve nothing else.
+	ReadinessDeps = "deps"
+
+	ReadinessProcessPath = "/readyz"
+	ReadinessDepsPath    = "/readyz?deps=1"
+)
+
 var known = map[string]bool{
 	AnnotationInject: true, AnnotationConfig: true, AnnotationConfigKey: true, AnnotationSecrets: true,
-	AnnotationImage: true, AnnotationNativeSidecar: true, AnnotationAdminPort: true,
+	AnnotationImage: true, AnnotationNativeSidecar: true, AnnotationAdminPort: true, AnnotationReadiness: true,
 	AnnotationCPURequest: true, AnnotationMemoryRequest: true, AnnotationMemoryLimit: true,
 	AnnotationConfigChecksum: true,
 }
@@ -391,6 +410,7 @@ type params struct {
 	image                    string
 	native                   bool
 	adminPort                int
+	readinessPath            string
 	cpuReq, memReq, memLimit string
 	checksum                 string
 }
@@ -404,7 +424,7 @@ var (
 )
 
 func (s *stream) params(obj, ann, spec *yaml.Node) (params, error) {
-	p := params{configKey: ConfigFile, image: s.o.Image, adminPort: DefaultAdminPort,
+	p := params{configKey: ConfigFile, image: s.o.Image, adminPort: DefaultAdminPort, readinessPath: ReadinessProcessPath,
 		cpuReq: "50m", memReq: "64Mi", memLimit: "256Mi"}
 	var errs []error
 	bad := func(key, format string, a ...any) {
@@ -480,6 +500,13 @@ func (s *stream) params(obj, ann, spec *yaml.Node) (params, error) {
 		} else {
 			p.adminPort = n
 		}
+	}
+	switch v := str(ann, AnnotationReadiness); v {
+	case "", ReadinessProcess:
+	case ReadinessDeps:
+		p.readinessPath = ReadinessDepsPath
+	default:
+		bad(AnnotationReadiness, "must be %q (ready while the proxy runs) or %q (ready while its broker and Redis are up), got %q", ReadinessProcess, ReadinessDeps, v)
 	}
 	for _, q := range []struct {
 		key string

@@ -322,3 +322,30 @@ func TestUnpublishedImage(t *testing.T) {
 		t.Errorf("one annotated image of two: Injected %v, Unpublished %v", res.Injected, res.Unpublished)
 	}
 }
+
+// TestReadinessAnnotation: the sidecar's readiness probe reports the proxy
+// process unless dedupe-proxy.io/readiness: deps asks for its broker and
+// Redis too; the pod's readiness is the app's in its Service.
+func TestReadinessAnnotation(t *testing.T) {
+	inj, cfg := `dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/config: orders-proxy`
+	for _, tc := range []struct {
+		in, path string
+	}{
+		{withAnnotations(inj, cfg), "/readyz"},
+		{withAnnotations(inj, cfg, `dedupe-proxy.io/readiness: process`), "/readyz"},
+		{withAnnotations(inj, cfg, `dedupe-proxy.io/readiness: deps`), "/readyz?deps=1"},
+	} {
+		got, _, err := Stream([]byte(tc.in), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "readinessProbe:\n            httpGet:\n              path: " + tc.path + "\n              port: proxy-admin\n"
+		if !strings.Contains(string(got), want) {
+			t.Errorf("want %q in:\n%s", want, got)
+		}
+	}
+	_, _, err := Stream([]byte(withAnnotations(inj, cfg, `dedupe-proxy.io/readiness: strict`)), Options{})
+	if want := `annotation dedupe-proxy.io/readiness: must be "process" (ready while the proxy runs) or "deps" (ready while its broker and Redis are up), got "strict"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want %q", err, want)
+	}
+}
