@@ -339,3 +339,61 @@ spec:
 		t.Errorf("the shared Service %s (selector %v) does not select the pod (labels %v)", svc.Name, svc.Spec.Selector, pts[0].Meta.Labels)
 	}
 }
+
+// TestInjectNamesTheReleasesConfigMap: the chart in mode shared rendered
+// as release "other" and a Deployment that opts in with the one
+// annotation, piped through inject together. The sidecar mounts the
+// default dedupe-proxy, which this input does not hold: stderr names the
+// annotation that mounts other-dedupe-proxy instead, and with it added
+// the warning goes and the pods mount the release's ConfigMap.
+func TestInjectNamesTheReleasesConfigMap(t *testing.T) {
+	shared, err := Template(chartDir, "other", "", "--set", "mode=shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deploy = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: orders}
+spec:
+  selector: {matchLabels: {app: o}}
+  template:
+    metadata:
+      labels: {app: o}
+      annotations:
+        dedupe-proxy.io/inject: "true"
+    spec:
+      containers: [{name: app, image: "app:1"}]
+`
+	run := func(in string) (stdout, stderr string) {
+		cmd := exec.Command(proxyBin(t), "inject", "--image", "registry.example.com/dedupe-proxy:1")
+		cmd.Stdin = strings.NewReader(in)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("dedupe-proxy inject: %v\n%s", err, errb.String())
+		}
+		return string(out), errb.String()
+	}
+	_, stderr := run(string(shared) + "---\n" + deploy)
+	const want = "dedupe-proxy inject: warning: Deployment/orders mounts ConfigMap dedupe-proxy, which is not in the input, but the input holds the dedupe-proxy ConfigMap other-dedupe-proxy: " +
+		"add dedupe-proxy.io/config: other-dedupe-proxy to spec.template.metadata.annotations\n"
+	if !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q, want %q", stderr, want)
+	}
+	out, stderr := run(string(shared) + "---\n" + strings.Replace(deploy, `dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/inject: "true"`+"\n        dedupe-proxy.io/config: other-dedupe-proxy", 1))
+	if strings.Contains(stderr, "ConfigMap") {
+		t.Errorf("annotated: stderr %q", stderr)
+	}
+	objs, err := Decode([]byte(out))
+	if err != nil {
+		t.Fatalf("strict decode: %v", err)
+	}
+	cm, err := objs.ConfigMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := objs.Deployments[0].Spec.Template.Spec.Volumes; len(v) != 1 || v[0].ConfigMap == nil || v[0].ConfigMap.Name != cm.Name || cm.Name != "other-dedupe-proxy" {
+		t.Errorf("volumes %+v, want the ConfigMap %s", v, cm.Name)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -126,6 +127,24 @@ type Result struct {
 	// image of DefaultRepository, which no registry publishes yet: their
 	// pods cannot pull it.
 	Unpublished []string
+	// WrongConfigMap has one line per injected workload that mounts a
+	// ConfigMap the input lacks while it holds a dedupe-proxy ConfigMap
+	// under another name (the chart's, rendered as another release): the
+	// pods would wait in ContainerCreating for a ConfigMap that never
+	// comes. Each line names the annotation that fixes it.
+	WrongConfigMap []string
+	// NoConfigMap names, as "<workload>: <ConfigMap>", the injected
+	// workloads whose ConfigMap is not in an input that holds no
+	// dedupe-proxy ConfigMap at all: it must exist in their namespace
+	// before their pods can start.
+	NoConfigMap []string
+}
+
+// isChartConfigMap reports whether labels are those of the ConfigMap the
+// chart renders: its app.kubernetes.io/name, or its helm.sh/chart should
+// nameOverride have changed the name.
+func isChartConfigMap(labels *yaml.Node) bool {
+	return str(labels, "app.kubernetes.io/name") == ContainerName || strings.HasPrefix(str(labels, "helm.sh/chart"), ContainerName+"-")
 }
 
 // Stream reads a multi-document YAML stream and returns it with the
@@ -184,6 +203,7 @@ func Stream(in []byte, o Options) ([]byte, Result, error) {
 		}
 	}
 	res.Unpublished = s.unpublished
+	res.WrongConfigMap, res.NoConfigMap = s.wrongConfigMap, s.noConfigMap
 	return out.Bytes(), res, nil
 }
 
@@ -299,18 +319,54 @@ func each(doc *yaml.Node, f func(*yaml.Node)) {
 }
 
 type stream struct {
-	o           Options
-	configMaps  map[string]*yaml.Node // "namespace/name" -> data mapping
-	unpublished []string              // Result.Unpublished
+	o              Options
+	configMaps     map[string]*yaml.Node // "namespace/name" -> data mapping
+	chartMaps      []nsName              // the chart's ConfigMaps in the input
+	unpublished    []string              // Result.Unpublished
+	wrongConfigMap []string              // Result.WrongConfigMap
+	noConfigMap    []string              // Result.NoConfigMap
 }
+
+type nsName struct{ namespace, name string }
 
 func (s *stream) collect(obj *yaml.Node) {
 	if str(obj, "kind") != "ConfigMap" || str(obj, "apiVersion") != "v1" {
 		return
 	}
+	ns, name := str(obj, "metadata", "namespace"), str(obj, "metadata", "name")
 	if data := get(obj, "data"); data != nil && data.Kind == yaml.MappingNode {
-		s.configMaps[str(obj, "metadata", "namespace")+"/"+str(obj, "metadata", "name")] = data
+		s.configMaps[ns+"/"+name] = data
 	}
+	if isChartConfigMap(get(obj, "metadata", "labels")) {
+		s.chartMaps = append(s.chartMaps, nsName{ns, name})
+	}
+}
+
+// checkConfigMap notes a workload whose ConfigMap the input lacks. A
+// rendered chart carries no namespace (helm template sets none), so an
+// empty namespace on either side matches any.
+func (s *stream) checkConfigMap(obj *yaml.Node, p params, annPath string) {
+	ns := str(obj, "metadata", "namespace")
+	if s.configMaps[ns+"/"+p.configMap] != nil {
+		return
+	}
+	var names []string
+	for _, c := range s.chartMaps {
+		if (c.namespace == ns || c.namespace == "" || ns == "") && c.name != p.configMap && !slices.Contains(names, c.name) {
+			names = append(names, c.name)
+		}
+	}
+	name := describe(obj)
+	if len(names) == 0 {
+		s.noConfigMap = append(s.noConfigMap, name+": "+p.configMap)
+		return
+	}
+	fix := fmt.Sprintf("add %s: %s to %s.annotations", AnnotationConfig, names[0], annPath)
+	if len(names) > 1 {
+		fix = fmt.Sprintf("add %s: <one of them> to %s.annotations", AnnotationConfig, annPath)
+	}
+	s.wrongConfigMap = append(s.wrongConfigMap, fmt.Sprintf("%s mounts ConfigMap %s, which is not in the input, but the input holds the dedupe-proxy ConfigMap %s: %s",
+		name, p.configMap, strings.Join(names, ", "), fix))
 }
 
 func describe(obj *yaml.Node) string {
@@ -400,6 +456,7 @@ func (s *stream) workload(obj *yaml.Node) (bool, error) {
 	if Unpublished(p.image) {
 		s.unpublished = append(s.unpublished, name)
 	}
+	s.checkConfigMap(obj, p, path)
 	return true, nil
 }
 
