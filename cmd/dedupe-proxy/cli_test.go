@@ -113,7 +113,7 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 		{[]string{"redrive", "--config", cfg, "--source", "orders", "--limit", "-1"}, "redrive: --limit must be 0 (all) or more, got -1", "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
 		{[]string{"redrive", "orders", "--config", cfg}, `redrive: unexpected argument "orders"`, "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
 		{[]string{"config", "print", "x", "--config", cfg}, `config print: unexpected argument "x"`, "Usage: dedupe-proxy config print --config FILE"},
-		{[]string{"inject", "extra"}, `inject: unexpected argument "extra" (use -f FILE)`, "Usage: dedupe-proxy inject [-f FILE|-] [--image IMAGE] [-q]"},
+		{[]string{"inject", "extra"}, `inject: unexpected argument "extra" (use -f FILE)`, "Usage: dedupe-proxy inject [-f FILE|DIR|-] [--image IMAGE] [-q]"},
 		{[]string{"version", "-o", "yaml"}, `version: -o must be text or json, got "yaml"`, "Usage: dedupe-proxy version [-o text|json]"},
 		{[]string{"completion", "powershell"}, `completion: want one shell, bash, zsh or fish, got "powershell"`, "Usage: dedupe-proxy completion bash|zsh|fish"},
 		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, redrive, run, validate, version, webhook)`, "Usage: dedupe-proxy help [COMMAND]"},
@@ -364,7 +364,7 @@ sources:
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get("http://" + admin + "/readyz")
+		resp, err := http.Get("http://" + admin + "/readyz?deps=1")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -372,7 +372,7 @@ sources:
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz not 200 within 20s (%v):\n%s", err, stderr.String())
+			t.Fatalf("/readyz?deps=1 not 200 within 20s (%v):\n%s", err, stderr.String())
 		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

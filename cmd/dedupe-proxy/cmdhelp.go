@@ -28,7 +28,7 @@ Usage:
                                         process those that succeeded before again)
   dedupe-proxy webhook send --profile P --secret S --url URL
                                         post one correctly signed test event to a webhook source
-  dedupe-proxy inject [-f FILE|-] [--image IMAGE]
+  dedupe-proxy inject [-f FILE|DIR|-] [--image IMAGE]
                                         add the sidecar to the Kubernetes workloads of a
                                         manifest stream (stdin by default) whose pod template
                                         is annotated dedupe-proxy.io/inject: "true"
@@ -50,7 +50,9 @@ Duplicates are acked without reaching the app. On SIGTERM it stops
 consuming, lets forwards in progress finish for shutdown_timeout, and
 gives back (requeues) whatever is left.
 
-It serves /healthz, /readyz and /metrics on admin.listen. Logs go to
+It serves /healthz, /readyz and /metrics on admin.listen: /readyz
+answers 200 while the process serves and lists each dependency;
+/readyz?deps=1 answers 503 while a source or Redis is down. Logs go to
 stderr (log.format json or text); the first line names every listener.
 Exit status 0 after a clean stop, 1 on an invalid config or a source
 that failed for good.
@@ -121,8 +123,9 @@ at the limit says so on stderr.
 `
 
 const injectHelp = `
-Read Kubernetes manifests (one or many YAML documents; stdin by default)
-and write them back with the dedupe-proxy sidecar added to every Pod,
+Read Kubernetes manifests (one or many YAML documents; stdin by default,
+-f a file, or -f a directory's *.yaml, *.yml and *.json files, not its
+subdirectories) and write them back with the dedupe-proxy sidecar added to every Pod,
 Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob whose pod
 template is annotated dedupe-proxy.io/inject: "true". Further
 annotations name the config ConfigMap (dedupe-proxy.io/config; without
@@ -132,7 +135,10 @@ other document is written back unchanged, and injecting twice gives the
 same output. On an error (a bad annotation, or a field such as
 containers in a shape inject cannot edit) nothing is written to stdout
 and the exit status is 1. A sidecar given the default image, which no
-registry publishes yet, is warned about in one line on stderr.
+registry publishes yet, is warned about in one line on stderr. So is a
+workload whose ConfigMap is not in the input when the input holds the
+chart's ConfigMap under another name (the line names the annotation to
+add); when it holds none, a note (not with -q) says what to install.
 
   kubectl apply -f <(dedupe-proxy inject -f app.yaml)
   helm install app ./chart --post-renderer dedupe-proxy --post-renderer-args inject

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -21,7 +20,7 @@ func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // Helm post-renderer fail instead of applying half a stream.
 func injectCommand() *cobra.Command {
 	c := &cobra.Command{
-		Use:  "inject [-f FILE|-] [--image IMAGE] [-q]",
+		Use:  "inject [-f FILE|DIR|-] [--image IMAGE] [-q]",
 		Long: injectHelp,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -30,7 +29,7 @@ func injectCommand() *cobra.Command {
 			return nil
 		},
 	}
-	file := c.Flags().StringP("file", "f", "-", "the manifests `FILE` (- or absent: stdin)")
+	file := c.Flags().StringP("file", "f", "-", "the manifests `FILE`, or a directory's *.yaml, *.yml and *.json files (- or absent: stdin)")
 	image := c.Flags().String("image", inject.DefaultImage, "the proxy `IMAGE` where no "+inject.AnnotationImage+" annotation names one")
 	quiet := c.Flags().BoolP("quiet", "q", false, "do not list the injected workloads on stderr")
 	_ = c.Flags().SetAnnotation("file", cobra.BashCompFilenameExt, []string{"yaml", "yml", "json"})
@@ -41,7 +40,7 @@ func injectCommand() *cobra.Command {
 		if *file == "-" {
 			in, err = io.ReadAll(c.InOrStdin())
 		} else {
-			in, err = os.ReadFile(*file)
+			in, err = inject.ReadManifests(*file)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "inject: %v\n", err)
@@ -60,6 +59,14 @@ func injectCommand() *cobra.Command {
 			// Even with -q: without it the pods never start.
 			fmt.Fprintf(stderr, "dedupe-proxy inject: warning: %s is not published yet, so %d sidecar(s) cannot pull their image: build it from the repository's Dockerfile, push it and pass --image (or annotate %s)\n",
 				inject.DefaultRepository, n, inject.AnnotationImage)
+		}
+		// Even with -q: these pods would wait in ContainerCreating.
+		for _, w := range res.WrongConfigMap {
+			fmt.Fprintf(stderr, "dedupe-proxy inject: warning: %s\n", w)
+		}
+		if len(res.NoConfigMap) > 0 && !*quiet {
+			fmt.Fprintf(stderr, "dedupe-proxy inject: note: the input holds no dedupe-proxy ConfigMap; each of these pods starts only once its ConfigMap exists in its namespace (%s): install the chart in mode shared as a release of that full name (release %s: helm install %s ./helm/dedupe-proxy --set mode=shared -f values.yaml), or name the one you have with the annotation %s\n",
+				strings.Join(res.NoConfigMap, ", "), inject.DefaultConfigMap, inject.DefaultConfigMap, inject.AnnotationConfig)
 		}
 		if !*quiet {
 			list := "none"

@@ -72,3 +72,53 @@ func TestInjectCommand(t *testing.T) {
 		t.Errorf("containers: \"oops\": exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
+
+// TestInjectConfigMapLines: the ConfigMap the workload mounts is not in
+// the input. With the chart's ConfigMap under another name, a warning
+// names the annotation to add, -q or not; with none, a note says what to
+// install (not with -q). -f DIR reads a directory's manifests.
+func TestInjectConfigMapLines(t *testing.T) {
+	const cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other-dedupe-proxy\n  labels: {app.kubernetes.io/name: dedupe-proxy}\n" +
+		"data:\n  config.yaml: |\n    admin: {listen: 0.0.0.0:9090}\n"
+	const deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: orders, namespace: shop}\nspec:\n  selector: {matchLabels: {app: o}}\n" +
+		"  template:\n    metadata:\n      labels: {app: o}\n      annotations: {dedupe-proxy.io/inject: \"true\"}\n" +
+		"    spec:\n      containers: [{name: app, image: app:1}]\n"
+	const warning = "dedupe-proxy inject: warning: Deployment/shop/orders mounts ConfigMap dedupe-proxy, which is not in the input, " +
+		"but the input holds the dedupe-proxy ConfigMap other-dedupe-proxy: add dedupe-proxy.io/config: other-dedupe-proxy to spec.template.metadata.annotations\n"
+	const note = "dedupe-proxy inject: note: the input holds no dedupe-proxy ConfigMap; each of these pods starts only once its ConfigMap exists in its namespace " +
+		"(Deployment/shop/orders: dedupe-proxy): install the chart in mode shared as a release of that full name " +
+		"(release dedupe-proxy: helm install dedupe-proxy ./helm/dedupe-proxy --set mode=shared -f values.yaml), or name the one you have with the annotation dedupe-proxy.io/config\n"
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cm), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orders.yml"), []byte(deploy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		stdin string
+		want  string
+		not   string
+	}{
+		{"another name", nil, cm + "---\n" + deploy, warning, "note:"},
+		{"another name, -q", []string{"-q"}, cm + "---\n" + deploy, warning, "note:"},
+		{"-f DIR", []string{"-f", dir}, "", warning, "note:"},
+		{"none", nil, deploy, note, "warning: Deployment"},
+		{"none, -q", []string{"-q"}, deploy, "", "note:"},
+	} {
+		var out, errb bytes.Buffer
+		code := injectCmd(tc.args, strings.NewReader(tc.stdin), &out, &errb)
+		if code != 0 || !strings.Contains(out.String(), "name: dedupe-proxy\n") {
+			t.Errorf("%s: exit %d, stderr %q, stdout:\n%s", tc.name, code, errb.String(), out.String())
+			continue
+		}
+		if (tc.want != "" && strings.Count(errb.String(), tc.want) != 1) || strings.Contains(errb.String(), tc.not) {
+			t.Errorf("%s: stderr %q, want %q once and no %q", tc.name, errb.String(), tc.want, tc.not)
+		}
+		if tc.name == "-f DIR" && !strings.Contains(out.String(), "name: other-dedupe-proxy\n") {
+			t.Errorf("-f DIR: the ConfigMap is not in the output:\n%s", out.String())
+		}
+	}
+}

@@ -173,8 +173,8 @@ func TestRunAppForwardsAndForwardsSignals(t *testing.T) {
 					t.Logf("stderr:\n%s\napp events: %v", stderr.String(), a.events())
 				}
 			})
-			testutil.Eventually(t, 20*time.Second, "the proxy's /readyz to answer 200", func() bool {
-				resp, err := http.Get("http://" + a.admin + "/readyz")
+			testutil.Eventually(t, 20*time.Second, "the proxy's /readyz?deps=1 to answer 200", func() bool {
+				resp, err := http.Get("http://" + a.admin + "/readyz?deps=1")
 				if err != nil {
 					return false
 				}

@@ -85,7 +85,7 @@ func TestRender(t *testing.T) {
 				checkShared(t, objs, svc, cfg)
 			} else {
 				d := objs.Deployments[0]
-				checkPod(t, d, objs, cfg, boolValue(t, values, "proxy", "nativeSidecar"))
+				checkPod(t, d, objs, cfg, boolValue(t, values, "proxy", "nativeSidecar"), readinessPath(t, values))
 				checkSelectors(t, d, objs, svc)
 			}
 			checkTestPod(t, objs, svc)
@@ -144,7 +144,22 @@ func parseConfig(t *testing.T, objs *Objects) proxyConfig {
 	return pc
 }
 
-func checkPod(t *testing.T, d *appsv1.Deployment, objs *Objects, cfg proxyConfig, wantNative bool) {
+// readinessPath is the proxy's readiness probe path for proxy.readiness:
+// the process by default, the broker and Redis too with deps.
+func readinessPath(t *testing.T, values string) string {
+	t.Helper()
+	switch v := stringValue(t, values, "proxy", "readiness"); v {
+	case "process":
+		return "/readyz"
+	case "deps":
+		return "/readyz?deps=1"
+	default:
+		t.Fatalf("proxy.readiness %q", v)
+		return ""
+	}
+}
+
+func checkPod(t *testing.T, d *appsv1.Deployment, objs *Objects, cfg proxyConfig, wantNative bool, readyPath string) {
 	spec := d.Spec.Template.Spec
 	proxy, native, err := Proxy(d)
 	if err != nil {
@@ -202,7 +217,7 @@ func checkPod(t *testing.T, d *appsv1.Deployment, objs *Objects, cfg proxyConfig
 	for probeName, p := range map[string]struct {
 		probe *corev1.Probe
 		path  string
-	}{"liveness": {proxy.LivenessProbe, "/healthz"}, "readiness": {proxy.ReadinessProbe, "/readyz"}} {
+	}{"liveness": {proxy.LivenessProbe, "/healthz"}, "readiness": {proxy.ReadinessProbe, readyPath}} {
 		if p.probe == nil || p.probe.HTTPGet == nil {
 			t.Errorf("%s probe is not an HTTP GET", probeName)
 			continue
@@ -332,13 +347,14 @@ func checkSelectors(t *testing.T, d *appsv1.Deployment, objs *Objects, svc *core
 	}
 }
 
-// checkTestPod: `helm test` GETs /readyz through the admin Service.
+// checkTestPod: `helm test` GETs /readyz?deps=1 through the admin
+// Service: the release works when every source and Redis answer.
 func checkTestPod(t *testing.T, objs *Objects, svc *corev1.Service) {
 	test := objs.Pods[0]
 	if test.Annotations["helm.sh/hook"] != "test" {
 		t.Error("the test pod is not a helm test hook")
 	}
-	url := fmt.Sprintf("http://%s:%d/readyz", svc.Name, svc.Spec.Ports[0].Port)
+	url := fmt.Sprintf("http://%s:%d/readyz?deps=1", svc.Name, svc.Spec.Ports[0].Port)
 	if !strings.Contains(strings.Join(test.Spec.Containers[0].Command, " "), url) {
 		t.Errorf("the test pod does not GET %s", url)
 	}

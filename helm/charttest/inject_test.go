@@ -166,18 +166,32 @@ func checkInjected(t *testing.T, pt PodTemplate) {
 	if len(pt.Spec.Containers) == 0 || pt.Spec.Containers[0].Name == ProxyContainerName && len(pt.Spec.Containers) == 1 {
 		t.Errorf("%s %s: no app container", pt.Kind, pt.Name)
 	}
+	ready := "/readyz"
+	if pt.Meta.Annotations["dedupe-proxy.io/readiness"] == "deps" {
+		ready = "/readyz?deps=1"
+	}
 	if proxy.LivenessProbe == nil || proxy.LivenessProbe.HTTPGet.Path != "/healthz" ||
-		proxy.ReadinessProbe == nil || proxy.ReadinessProbe.HTTPGet.Path != "/readyz" {
-		t.Errorf("%s %s: probes are not /healthz and /readyz", pt.Kind, pt.Name)
+		proxy.ReadinessProbe == nil || proxy.ReadinessProbe.HTTPGet.Path != ready {
+		t.Errorf("%s %s: probes are not /healthz and %s", pt.Kind, pt.Name, ready)
 	}
 }
 
 // TestInjectMatchesChart keeps one source of truth: the container inject
 // adds is the chart's sidecar, field for field (image, args, ports,
-// probes, resources, securityContext, mounts), regular and native.
+// probes, resources, securityContext, mounts), regular and native, with
+// the default readiness probe and with the strict one (chart value
+// proxy.readiness, annotation dedupe-proxy.io/readiness).
 func TestInjectMatchesChart(t *testing.T) {
-	for _, native := range []bool{false, true} {
-		objs := render(t, "", "--set", "proxy.nativeSidecar="+map[bool]string{false: "false", true: "true"}[native])
+	for _, tc := range []struct {
+		native bool
+		deps   bool
+	}{{false, false}, {true, false}, {false, true}} {
+		native := tc.native
+		args := []string{"--set", "proxy.nativeSidecar=" + map[bool]string{false: "false", true: "true"}[native]}
+		if tc.deps {
+			args = append(args, "--set", "proxy.readiness=deps")
+		}
+		objs := render(t, "", args...)
 		chart, _, err := Proxy(objs.Deployments[0])
 		if err != nil {
 			t.Fatal(err)
@@ -189,6 +203,9 @@ func TestInjectMatchesChart(t *testing.T) {
 		ann := "dedupe-proxy.io/inject: \"true\"\n        dedupe-proxy.io/config: " + cm.Name
 		if native {
 			ann += "\n        dedupe-proxy.io/native-sidecar: \"true\""
+		}
+		if tc.deps {
+			ann += "\n        dedupe-proxy.io/readiness: deps"
 		}
 		in := `apiVersion: apps/v1
 kind: Deployment
@@ -215,7 +232,7 @@ spec:
 			t.Errorf("native %v: inject put the sidecar in initContainers = %v", native, gotNative)
 		}
 		if !reflect.DeepEqual(got, chart) {
-			t.Errorf("native %v: inject's sidecar differs from the chart's:\ninject: %+v\nchart:  %+v", native, *got, *chart)
+			t.Errorf("native %v, deps %v: inject's sidecar differs from the chart's:\ninject: %+v\nchart:  %+v", native, tc.deps, *got, *chart)
 		}
 		if v := injected.Deployments[0].Spec.Template.Spec.Volumes; len(v) != 1 || !reflect.DeepEqual(v[0], objs.Deployments[0].Spec.Template.Spec.Volumes[0]) {
 			t.Errorf("inject's volume %+v differs from the chart's %+v", v, objs.Deployments[0].Spec.Template.Spec.Volumes)
@@ -320,5 +337,63 @@ spec:
 	}
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pts[0].Meta.Labels)) {
 		t.Errorf("the shared Service %s (selector %v) does not select the pod (labels %v)", svc.Name, svc.Spec.Selector, pts[0].Meta.Labels)
+	}
+}
+
+// TestInjectNamesTheReleasesConfigMap: the chart in mode shared rendered
+// as release "other" and a Deployment that opts in with the one
+// annotation, piped through inject together. The sidecar mounts the
+// default dedupe-proxy, which this input does not hold: stderr names the
+// annotation that mounts other-dedupe-proxy instead, and with it added
+// the warning goes and the pods mount the release's ConfigMap.
+func TestInjectNamesTheReleasesConfigMap(t *testing.T) {
+	shared, err := Template(chartDir, "other", "", "--set", "mode=shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deploy = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: orders}
+spec:
+  selector: {matchLabels: {app: o}}
+  template:
+    metadata:
+      labels: {app: o}
+      annotations:
+        dedupe-proxy.io/inject: "true"
+    spec:
+      containers: [{name: app, image: "app:1"}]
+`
+	run := func(in string) (stdout, stderr string) {
+		cmd := exec.Command(proxyBin(t), "inject", "--image", "registry.example.com/dedupe-proxy:1")
+		cmd.Stdin = strings.NewReader(in)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("dedupe-proxy inject: %v\n%s", err, errb.String())
+		}
+		return string(out), errb.String()
+	}
+	_, stderr := run(string(shared) + "---\n" + deploy)
+	const want = "dedupe-proxy inject: warning: Deployment/orders mounts ConfigMap dedupe-proxy, which is not in the input, but the input holds the dedupe-proxy ConfigMap other-dedupe-proxy: " +
+		"add dedupe-proxy.io/config: other-dedupe-proxy to spec.template.metadata.annotations\n"
+	if !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q, want %q", stderr, want)
+	}
+	out, stderr := run(string(shared) + "---\n" + strings.Replace(deploy, `dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/inject: "true"`+"\n        dedupe-proxy.io/config: other-dedupe-proxy", 1))
+	if strings.Contains(stderr, "ConfigMap") {
+		t.Errorf("annotated: stderr %q", stderr)
+	}
+	objs, err := Decode([]byte(out))
+	if err != nil {
+		t.Fatalf("strict decode: %v", err)
+	}
+	cm, err := objs.ConfigMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := objs.Deployments[0].Spec.Template.Spec.Volumes; len(v) != 1 || v[0].ConfigMap == nil || v[0].ConfigMap.Name != cm.Name || cm.Name != "other-dedupe-proxy" {
+		t.Errorf("volumes %+v, want the ConfigMap %s", v, cm.Name)
 	}
 }

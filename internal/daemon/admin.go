@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,15 +133,38 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz answers one line per check, "name: ok", "name: <why>" or "name:
-// warning: <what>"; 503 unless all pass (a warning passes).
+// warning: <what>". Its status reports the proxy process, not its
+// dependencies: 200 while the process serves, 503 once a source stopped
+// by itself and the process is on its way out. The sidecar's readiness
+// probe is also its app's readiness, so a Redis or broker blip must not
+// take every replica out of the app's Service (and stall a rollout with
+// maxUnavailable: 0); the proxy already holds messages unacked while a
+// dependency is down. With ?deps=1 it is 503 unless every check passes (a
+// warning passes), for pods that serve nothing else and for monitors.
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
+	deps := false
+	if v := r.URL.Query().Get("deps"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			// A typo must not turn a strict probe into a lax one.
+			http.Error(w, fmt.Sprintf("deps=%q: want 1 (every dependency must be up) or 0", v), http.StatusBadRequest)
+			return
+		}
+		deps = b
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	var b strings.Builder
 	status := http.StatusOK
+	if f := d.failed.Load(); f != nil {
+		status = http.StatusServiceUnavailable
+		fmt.Fprintf(&b, "process: stopping: %s\n", (*f).Error())
+	}
 	for _, c := range d.checks(ctx) {
 		if c.err != nil {
-			status = http.StatusServiceUnavailable
+			if deps {
+				status = http.StatusServiceUnavailable
+			}
 			// "seenset: seenset: store unavailable" says it twice.
 			fmt.Fprintf(&b, "%s: %s\n", c.name, strings.TrimPrefix(c.err.Error(), c.name+": "))
 			continue

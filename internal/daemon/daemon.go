@@ -283,7 +283,8 @@ func (d *Daemon) AdminAddr() string {
 }
 
 // Ready is nil when every source is connected, the store answers and,
-// with app.health_url, the app's last health check passed.
+// with app.health_url, the app's last health check passed: what
+// /readyz?deps=1 answers 200 for.
 func (d *Daemon) Ready(ctx context.Context) error {
 	var errs []error
 	for _, c := range d.checks(ctx) {

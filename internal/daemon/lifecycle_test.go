@@ -53,6 +53,14 @@ func TestSourceFailureStopsTheProcess(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "consumer cancelled") {
 		t.Fatalf("healthz after = %d %q, want 503 with the reason", rec.Code, rec.Body.String())
 	}
+	// A process on its way out is not ready, whatever its dependencies say.
+	for _, path := range []string{"/readyz", "/readyz?deps=1"} {
+		rec = httptest.NewRecorder()
+		d.adminHandler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "process: stopping: source orders: consumer cancelled") {
+			t.Fatalf("%s after = %d %q, want 503 with the reason", path, rec.Code, rec.Body.String())
+		}
+	}
 }
 
 // stuckStore never returns from Commit, whatever its context says: a

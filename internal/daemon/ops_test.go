@@ -160,7 +160,9 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 	}
 }
 
-// /readyz names each check and flips with Redis.
+// /readyz names each check and keeps answering 200 with Redis down: the
+// sidecar's readiness is its app pod's, and a Redis blip must not pull
+// every replica out of the app's Service. /readyz?deps=1 flips with it.
 func TestReadyzFlipsWithRedis(t *testing.T) {
 	rs := testutil.StartRedis(t)
 	h := newHarness(t, func(c *config.Config) {
@@ -171,30 +173,53 @@ func TestReadyzFlipsWithRedis(t *testing.T) {
 		c.SeenSet.Redis.WriteTimeout = 200 * time.Millisecond
 	})
 	p := h.start()
-	code, body := adminDo(t, p, "GET", "/readyz", "")
 	// The private server keeps nothing across a restart: a warning that
 	// leaves the proxy ready.
-	if want := "source orders: ok\nseenset: ok (redis standalone, 1 master, 0 replicas)\nseenset durability: warning: redis " + rs.Addr() +
+	want := "source orders: ok\nseenset: ok (redis standalone, 1 master, 0 replicas)\nseenset durability: warning: redis " + rs.Addr() +
 		" has neither AOF nor RDB snapshots: a restart without a replica taking over empties the seen-set," +
-		" and every message delivered again after it is forwarded again; set appendonly yes\n"; code != http.StatusOK || body != want {
-		t.Fatalf("/readyz = %d %q, want 200 %q", code, body, want)
+		" and every message delivered again after it is forwarded again; set appendonly yes\n"
+	for _, path := range []string{"/readyz", "/readyz?deps=1"} {
+		if code, body := adminDo(t, p, "GET", path, ""); code != http.StatusOK || body != want {
+			t.Fatalf("%s = %d %q, want 200 %q", path, code, body, want)
+		}
 	}
 	rs.Kill()
-	testutil.Eventually(t, 10*time.Second, "/readyz 503 with Redis down", func() bool {
-		code, body = adminDo(t, p, "GET", "/readyz", "")
+	var code int
+	var body string
+	testutil.Eventually(t, 10*time.Second, "/readyz?deps=1 503 with Redis down", func() bool {
+		code, body = adminDo(t, p, "GET", "/readyz?deps=1", "")
 		return code == http.StatusServiceUnavailable
 	})
 	if !strings.Contains(body, "source orders: ok\nseenset: store unavailable: ") {
-		t.Fatalf("/readyz body with Redis down = %q", body)
+		t.Fatalf("/readyz?deps=1 body with Redis down = %q", body)
+	}
+	code, body = adminDo(t, p, "GET", "/readyz", "")
+	if code != http.StatusOK || !strings.Contains(body, "source orders: ok\nseenset: store unavailable: ") {
+		t.Fatalf("/readyz with Redis down = %d %q, want 200 with the detail", code, body)
 	}
 	if v, _ := testutil.Series(t, p.d.Registry(), "dedupe_proxy_seenset_errors_total", map[string]string{"op": "ping"}); v == 0 {
 		t.Error("failed pings not counted in seenset_errors_total{op=ping}")
 	}
 	rs.Restart()
-	testutil.Eventually(t, 10*time.Second, "/readyz 200 with Redis back", func() bool {
-		code, _ = adminDo(t, p, "GET", "/readyz", "")
+	testutil.Eventually(t, 10*time.Second, "/readyz?deps=1 200 with Redis back", func() bool {
+		code, _ = adminDo(t, p, "GET", "/readyz?deps=1", "")
 		return code == http.StatusOK
 	})
+}
+
+// A deps value that is not a boolean is refused, not read as "no": a
+// typo must not make a strict probe lax.
+func TestReadyzDepsValue(t *testing.T) {
+	h := newHarness(t, withAdmin)
+	p := h.start()
+	for path, want := range map[string]int{
+		"/readyz?deps=0": http.StatusOK, "/readyz?deps=true": http.StatusOK, "/readyz?deps=": http.StatusOK,
+		"/readyz?deps=yes": http.StatusBadRequest, "/readyz?deps=strict": http.StatusBadRequest,
+	} {
+		if code, body := adminDo(t, p, "GET", path, ""); code != want {
+			t.Errorf("%s = %d %q, want %d", path, code, body, want)
+		}
+	}
 }
 
 // /readyz and broker_connected flip with the broker connection.
@@ -213,13 +238,17 @@ func TestReadyzFlipsWithBroker(t *testing.T) {
 	relay.SetDown(true)
 	relay.Cut()
 	var body string
-	testutil.Eventually(t, 10*time.Second, "/readyz 503 with the broker gone", func() bool {
+	testutil.Eventually(t, 10*time.Second, "/readyz?deps=1 503 with the broker gone", func() bool {
 		var code int
-		code, body = adminDo(t, p, "GET", "/readyz", "")
+		code, body = adminDo(t, p, "GET", "/readyz?deps=1", "")
 		return code == http.StatusServiceUnavailable
 	})
 	if !strings.Contains(body, "source orders: broker: not connected\n") || !strings.Contains(body, "seenset: ok (redis standalone, 1 master, ") {
-		t.Fatalf("/readyz body with the broker gone = %q", body)
+		t.Fatalf("/readyz?deps=1 body with the broker gone = %q", body)
+	}
+	// The app's Service keeps the pod: /readyz reports the process.
+	if code, body := adminDo(t, p, "GET", "/readyz", ""); code != http.StatusOK || !strings.Contains(body, "source orders: broker: not connected\n") {
+		t.Fatalf("/readyz with the broker gone = %d %q, want 200 with the detail", code, body)
 	}
 	if v, _ := testutil.Series(t, reg, "dedupe_proxy_broker_connected", src); v != 0 {
 		t.Fatalf("broker_connected = %v while disconnected, want 0", v)
@@ -228,8 +257,8 @@ func TestReadyzFlipsWithBroker(t *testing.T) {
 		t.Fatal("/metrics does not show broker_connected 0 while disconnected")
 	}
 	relay.SetDown(false)
-	testutil.Eventually(t, 10*time.Second, "/readyz 200 with the broker back", func() bool {
-		code, _ := adminDo(t, p, "GET", "/readyz", "")
+	testutil.Eventually(t, 10*time.Second, "/readyz?deps=1 200 with the broker back", func() bool {
+		code, _ := adminDo(t, p, "GET", "/readyz?deps=1", "")
 		return code == http.StatusOK
 	})
 	if v, _ := testutil.Series(t, reg, "dedupe_proxy_broker_connected", src); v != 1 {
@@ -432,10 +461,14 @@ func TestHealthGatingPausesAndResumes(t *testing.T) {
 	if r := p.event(t, "retry"); r != 0 {
 		t.Fatalf("%v retries burned while the app was down", r)
 	}
-	code, body := adminDo(t, p, "GET", "/readyz", "")
+	code, body := adminDo(t, p, "GET", "/readyz?deps=1", "")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "app: ") || strings.Contains(body, "app: ok") ||
 		!strings.Contains(body, "source orders: ok\n") {
-		t.Fatalf("/readyz with the app down = %d %q", code, body)
+		t.Fatalf("/readyz?deps=1 with the app down = %d %q", code, body)
+	}
+	// The app's own readiness probe speaks for the app.
+	if code, _ := adminDo(t, p, "GET", "/readyz", ""); code != http.StatusOK {
+		t.Fatalf("/readyz with the app down = %d, want 200", code)
 	}
 
 	up.Store(true)

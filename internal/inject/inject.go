@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,6 +46,9 @@ const (
 	AnnotationNativeSidecar = Prefix + "native-sidecar"
 	// AnnotationAdminPort is the port of the config's admin.listen.
 	AnnotationAdminPort = Prefix + "admin-port"
+	// AnnotationReadiness is what the sidecar's readiness probe reports:
+	// ReadinessProcess (absent) or ReadinessDeps.
+	AnnotationReadiness = Prefix + "readiness"
 	// Resource overrides of the sidecar.
 	AnnotationCPURequest    = Prefix + "cpu-request"
 	AnnotationMemoryRequest = Prefix + "memory-request"
@@ -84,9 +88,25 @@ const (
 	DefaultGracePeriod = 45
 )
 
+// Values of AnnotationReadiness, and the probe path of each.
+const (
+	// ReadinessProcess: the pod is ready while the proxy process serves,
+	// whatever Redis and the broker do. A pod's readiness puts it in or
+	// out of every Service that selects it, the app's included: a Redis
+	// blip must not take every replica out of the app's Service (the
+	// proxy holds messages unacked meanwhile).
+	ReadinessProcess = "process"
+	// ReadinessDeps: the pod is ready only while every source is
+	// connected and Redis answers, for pods that serve nothing else.
+	ReadinessDeps = "deps"
+
+	ReadinessProcessPath = "/readyz"
+	ReadinessDepsPath    = "/readyz?deps=1"
+)
+
 var known = map[string]bool{
 	AnnotationInject: true, AnnotationConfig: true, AnnotationConfigKey: true, AnnotationSecrets: true,
-	AnnotationImage: true, AnnotationNativeSidecar: true, AnnotationAdminPort: true,
+	AnnotationImage: true, AnnotationNativeSidecar: true, AnnotationAdminPort: true, AnnotationReadiness: true,
 	AnnotationCPURequest: true, AnnotationMemoryRequest: true, AnnotationMemoryLimit: true,
 	AnnotationConfigChecksum: true,
 }
@@ -107,6 +127,24 @@ type Result struct {
 	// image of DefaultRepository, which no registry publishes yet: their
 	// pods cannot pull it.
 	Unpublished []string
+	// WrongConfigMap has one line per injected workload that mounts a
+	// ConfigMap the input lacks while it holds a dedupe-proxy ConfigMap
+	// under another name (the chart's, rendered as another release): the
+	// pods would wait in ContainerCreating for a ConfigMap that never
+	// comes. Each line names the annotation that fixes it.
+	WrongConfigMap []string
+	// NoConfigMap names, as "<workload>: <ConfigMap>", the injected
+	// workloads whose ConfigMap is not in an input that holds no
+	// dedupe-proxy ConfigMap at all: it must exist in their namespace
+	// before their pods can start.
+	NoConfigMap []string
+}
+
+// isChartConfigMap reports whether labels are those of the ConfigMap the
+// chart renders: its app.kubernetes.io/name, or its helm.sh/chart should
+// nameOverride have changed the name.
+func isChartConfigMap(labels *yaml.Node) bool {
+	return str(labels, "app.kubernetes.io/name") == ContainerName || strings.HasPrefix(str(labels, "helm.sh/chart"), ContainerName+"-")
 }
 
 // Stream reads a multi-document YAML stream and returns it with the
@@ -165,6 +203,7 @@ func Stream(in []byte, o Options) ([]byte, Result, error) {
 		}
 	}
 	res.Unpublished = s.unpublished
+	res.WrongConfigMap, res.NoConfigMap = s.wrongConfigMap, s.noConfigMap
 	return out.Bytes(), res, nil
 }
 
@@ -280,18 +319,54 @@ func each(doc *yaml.Node, f func(*yaml.Node)) {
 }
 
 type stream struct {
-	o           Options
-	configMaps  map[string]*yaml.Node // "namespace/name" -> data mapping
-	unpublished []string              // Result.Unpublished
+	o              Options
+	configMaps     map[string]*yaml.Node // "namespace/name" -> data mapping
+	chartMaps      []nsName              // the chart's ConfigMaps in the input
+	unpublished    []string              // Result.Unpublished
+	wrongConfigMap []string              // Result.WrongConfigMap
+	noConfigMap    []string              // Result.NoConfigMap
 }
+
+type nsName struct{ namespace, name string }
 
 func (s *stream) collect(obj *yaml.Node) {
 	if str(obj, "kind") != "ConfigMap" || str(obj, "apiVersion") != "v1" {
 		return
 	}
+	ns, name := str(obj, "metadata", "namespace"), str(obj, "metadata", "name")
 	if data := get(obj, "data"); data != nil && data.Kind == yaml.MappingNode {
-		s.configMaps[str(obj, "metadata", "namespace")+"/"+str(obj, "metadata", "name")] = data
+		s.configMaps[ns+"/"+name] = data
 	}
+	if isChartConfigMap(get(obj, "metadata", "labels")) {
+		s.chartMaps = append(s.chartMaps, nsName{ns, name})
+	}
+}
+
+// checkConfigMap notes a workload whose ConfigMap the input lacks. A
+// rendered chart carries no namespace (helm template sets none), so an
+// empty namespace on either side matches any.
+func (s *stream) checkConfigMap(obj *yaml.Node, p params, annPath string) {
+	ns := str(obj, "metadata", "namespace")
+	if s.configMaps[ns+"/"+p.configMap] != nil {
+		return
+	}
+	var names []string
+	for _, c := range s.chartMaps {
+		if (c.namespace == ns || c.namespace == "" || ns == "") && c.name != p.configMap && !slices.Contains(names, c.name) {
+			names = append(names, c.name)
+		}
+	}
+	name := describe(obj)
+	if len(names) == 0 {
+		s.noConfigMap = append(s.noConfigMap, name+": "+p.configMap)
+		return
+	}
+	fix := fmt.Sprintf("add %s: %s to %s.annotations", AnnotationConfig, names[0], annPath)
+	if len(names) > 1 {
+		fix = fmt.Sprintf("add %s: <one of them> to %s.annotations", AnnotationConfig, annPath)
+	}
+	s.wrongConfigMap = append(s.wrongConfigMap, fmt.Sprintf("%s mounts ConfigMap %s, which is not in the input, but the input holds the dedupe-proxy ConfigMap %s: %s",
+		name, p.configMap, strings.Join(names, ", "), fix))
 }
 
 func describe(obj *yaml.Node) string {
@@ -381,6 +456,7 @@ func (s *stream) workload(obj *yaml.Node) (bool, error) {
 	if Unpublished(p.image) {
 		s.unpublished = append(s.unpublished, name)
 	}
+	s.checkConfigMap(obj, p, path)
 	return true, nil
 }
 
@@ -391,6 +467,7 @@ type params struct {
 	image                    string
 	native                   bool
 	adminPort                int
+	readinessPath            string
 	cpuReq, memReq, memLimit string
 	checksum                 string
 }
@@ -404,7 +481,7 @@ var (
 )
 
 func (s *stream) params(obj, ann, spec *yaml.Node) (params, error) {
-	p := params{configKey: ConfigFile, image: s.o.Image, adminPort: DefaultAdminPort,
+	p := params{configKey: ConfigFile, image: s.o.Image, adminPort: DefaultAdminPort, readinessPath: ReadinessProcessPath,
 		cpuReq: "50m", memReq: "64Mi", memLimit: "256Mi"}
 	var errs []error
 	bad := func(key, format string, a ...any) {
@@ -480,6 +557,13 @@ func (s *stream) params(obj, ann, spec *yaml.Node) (params, error) {
 		} else {
 			p.adminPort = n
 		}
+	}
+	switch v := str(ann, AnnotationReadiness); v {
+	case "", ReadinessProcess:
+	case ReadinessDeps:
+		p.readinessPath = ReadinessDepsPath
+	default:
+		bad(AnnotationReadiness, "must be %q (ready while the proxy runs) or %q (ready while its broker and Redis are up), got %q", ReadinessProcess, ReadinessDeps, v)
 	}
 	for _, q := range []struct {
 		key string

@@ -322,3 +322,152 @@ func TestUnpublishedImage(t *testing.T) {
 		t.Errorf("one annotated image of two: Injected %v, Unpublished %v", res.Injected, res.Unpublished)
 	}
 }
+
+// TestReadinessAnnotation: the sidecar's readiness probe reports the proxy
+// process unless dedupe-proxy.io/readiness: deps asks for its broker and
+// Redis too; the pod's readiness is the app's in its Service.
+func TestReadinessAnnotation(t *testing.T) {
+	inj, cfg := `dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/config: orders-proxy`
+	for _, tc := range []struct {
+		in, path string
+	}{
+		{withAnnotations(inj, cfg), "/readyz"},
+		{withAnnotations(inj, cfg, `dedupe-proxy.io/readiness: process`), "/readyz"},
+		{withAnnotations(inj, cfg, `dedupe-proxy.io/readiness: deps`), "/readyz?deps=1"},
+	} {
+		got, _, err := Stream([]byte(tc.in), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "readinessProbe:\n            httpGet:\n              path: " + tc.path + "\n              port: proxy-admin\n"
+		if !strings.Contains(string(got), want) {
+			t.Errorf("want %q in:\n%s", want, got)
+		}
+	}
+	_, _, err := Stream([]byte(withAnnotations(inj, cfg, `dedupe-proxy.io/readiness: strict`)), Options{})
+	if want := `annotation dedupe-proxy.io/readiness: must be "process" (ready while the proxy runs) or "deps" (ready while its broker and Redis are up), got "strict"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want %q", err, want)
+	}
+}
+
+// chartConfigMap is the ConfigMap the chart renders in mode shared as
+// release "other" (labels as helm template writes them).
+const chartConfigMap = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: other-dedupe-proxy
+  labels:
+    helm.sh/chart: dedupe-proxy-0.2.0
+    app.kubernetes.io/name: dedupe-proxy
+    app.kubernetes.io/instance: other
+data:
+  config.yaml: |
+    admin: {listen: 0.0.0.0:9090}
+---
+`
+
+// TestConfigMapUnderAnotherName: the input holds the chart's ConfigMap
+// as release "other" while the workload mounts the default dedupe-proxy:
+// its pods would sit in ContainerCreating, so Result says which
+// annotation to add.
+func TestConfigMapUnderAnotherName(t *testing.T) {
+	inj := `dedupe-proxy.io/inject: "true"`
+	_, res, err := Stream([]byte(chartConfigMap+withAnnotations(inj)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Deployment/orders mounts ConfigMap dedupe-proxy, which is not in the input, but the input holds the dedupe-proxy ConfigMap other-dedupe-proxy: " +
+		"add dedupe-proxy.io/config: other-dedupe-proxy to spec.template.metadata.annotations"
+	if len(res.WrongConfigMap) != 1 || res.WrongConfigMap[0] != want || len(res.NoConfigMap) != 0 {
+		t.Errorf("WrongConfigMap %q, NoConfigMap %q; want %q", res.WrongConfigMap, res.NoConfigMap, want)
+	}
+	// A Pod's annotations are on its own metadata.
+	pod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {dedupe-proxy.io/inject: \"true\", dedupe-proxy.io/config: orders-proxy}\nspec:\n  containers: [{name: app, image: app:1}]\n"
+	_, res, err = Stream([]byte(chartConfigMap+pod), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.WrongConfigMap) != 1 || !strings.HasSuffix(res.WrongConfigMap[0], "Pod/p mounts ConfigMap orders-proxy, which is not in the input, but the input holds the dedupe-proxy ConfigMap other-dedupe-proxy: add dedupe-proxy.io/config: other-dedupe-proxy to metadata.annotations") {
+		t.Errorf("WrongConfigMap %q", res.WrongConfigMap)
+	}
+	// Annotated with the right name: nothing to say, and the checksum.
+	got, res, err := Stream([]byte(chartConfigMap+withAnnotations(inj, `dedupe-proxy.io/config: other-dedupe-proxy`)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.WrongConfigMap) != 0 || len(res.NoConfigMap) != 0 || !strings.Contains(string(got), "dedupe-proxy.io/config-checksum: ") {
+		t.Errorf("WrongConfigMap %q, NoConfigMap %q:\n%s", res.WrongConfigMap, res.NoConfigMap, got)
+	}
+	// In another namespace it is not the workload's.
+	other := strings.Replace(chartConfigMap, "  name: other-dedupe-proxy\n", "  name: other-dedupe-proxy\n  namespace: billing\n", 1)
+	_, res, err = Stream([]byte(other+strings.Replace(withAnnotations(inj), "  name: orders\n", "  name: orders\n  namespace: shop\n", 1)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.WrongConfigMap) != 0 || len(res.NoConfigMap) != 1 || res.NoConfigMap[0] != "Deployment/shop/orders: dedupe-proxy" {
+		t.Errorf("other namespace: WrongConfigMap %q, NoConfigMap %q", res.WrongConfigMap, res.NoConfigMap)
+	}
+}
+
+// TestNoConfigMap: an input without a dedupe-proxy ConfigMap (another
+// ConfigMap does not count) names each workload and the ConfigMap it
+// needs.
+func TestNoConfigMap(t *testing.T) {
+	plain := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-settings}\ndata: {a: b}\n---\n"
+	_, res, err := Stream([]byte(plain+withAnnotations(`dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/config: orders-proxy`)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.NoConfigMap) != 1 || res.NoConfigMap[0] != "Deployment/orders: orders-proxy" || len(res.WrongConfigMap) != 0 {
+		t.Errorf("NoConfigMap %q, WrongConfigMap %q", res.NoConfigMap, res.WrongConfigMap)
+	}
+}
+
+// TestReadManifests: a directory's *.yaml, *.yml and *.json files in
+// name order, one stream, as `linkerd inject -f DIR` reads them; other
+// files and subdirectories are left out.
+func TestReadManifests(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"a-config.yaml": chartConfigMap,
+		"b-worker.yml":  withAnnotations(`dedupe-proxy.io/inject: "true"`, `dedupe-proxy.io/config: other-dedupe-proxy`),
+		"c-job.json": `{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {` +
+			`"metadata": {"annotations": {"dedupe-proxy.io/inject": "true", "dedupe-proxy.io/config": "other-dedupe-proxy"}}, ` +
+			`"spec": {"restartPolicy": "Never", "containers": [{"name": "j", "image": "j:1"}]}}}}`, // no final newline
+		"d-notes.txt":        "not: a manifest\n",
+		"sub/e-ignored.yaml": withAnnotations(`dedupe-proxy.io/inject: "true"`),
+	}
+	for name, text := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := ReadManifests(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := files["a-config.yaml"] + "---\n" + files["b-worker.yml"] + "---\n" + files["c-job.json"] + "\n"; string(in) != want {
+		t.Fatalf("ReadManifests = %q, want %q", in, want)
+	}
+	_, res, err := Stream(in, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(res.Injected, ",") != "Deployment/orders,Job/j" || len(res.WrongConfigMap)+len(res.NoConfigMap) != 0 {
+		t.Errorf("result %+v", res)
+	}
+	// A file is read as it is.
+	if b, err := ReadManifests(filepath.Join(dir, "d-notes.txt")); err != nil || string(b) != files["d-notes.txt"] {
+		t.Errorf("file: %q %v", b, err)
+	}
+	if _, err := ReadManifests(filepath.Join(dir, "sub", "..", "sub", "none")); err == nil {
+		t.Error("a missing path: no error")
+	}
+	empty := t.TempDir()
+	if _, err := ReadManifests(empty); err == nil || !strings.Contains(err.Error(), "no *.yaml, *.yml, *.json files") {
+		t.Errorf("empty directory: %v", err)
+	}
+}

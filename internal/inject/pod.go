@@ -93,9 +93,10 @@ type keyPath struct {
 	Path string `yaml:"path"`
 }
 
-// sidecar builds the container: probes on /healthz and /readyz with the
-// chart's timings, its resources and its hardened securityContext (the
-// distroless image's nonroot user, read-only root, no capabilities).
+// sidecar builds the container: probes on /healthz and /readyz (with
+// ?deps=1 for ReadinessDeps) with the chart's timings, its resources and
+// its hardened securityContext (the distroless image's nonroot user,
+// read-only root, no capabilities).
 func sidecar(p params, env *yaml.Node) container {
 	c := container{
 		Name:            ContainerName,
@@ -118,7 +119,7 @@ func sidecar(p params, env *yaml.Node) container {
 	c.LivenessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Port = "/healthz", AdminPortName
 	// /readyz gives up on its own checks after 2s.
 	c.ReadinessProbe = probe{InitialDelaySeconds: 2, PeriodSeconds: 5, TimeoutSeconds: 3, FailureThreshold: 3}
-	c.ReadinessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Port = "/readyz", AdminPortName
+	c.ReadinessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Port = p.readinessPath, AdminPortName
 	c.Resources.Requests.CPU, c.Resources.Requests.Memory = p.cpuReq, p.memReq
 	// No CPU limit: throttling only adds latency.
 	c.Resources.Limits.Memory = p.memLimit

@@ -340,7 +340,7 @@ func (p *proc) ready() bool {
 	p.mu.Lock()
 	admin := p.admin
 	p.mu.Unlock()
-	resp, err := http.Get("http://" + admin + "/readyz")
+	resp, err := http.Get("http://" + admin + "/readyz?deps=1")
 	if err != nil {
 		return false
 	}

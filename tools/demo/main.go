@@ -330,7 +330,7 @@ func (r *replica) waitReady(timeout time.Duration) error {
 			return fmt.Errorf("proxy %d exited: %v\n%s", r.n, r.exitErr, out)
 		default:
 		}
-		resp, err := http.Get("http://" + r.admin + "/readyz")
+		resp, err := http.Get("http://" + r.admin + "/readyz?deps=1")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -106,7 +106,7 @@ func (r *replica) waitReady(timeout time.Duration) error {
 			return fmt.Errorf("proxy %d exited at start (logs in %s)", r.n, r.dir)
 		default:
 		}
-		if resp, err := http.Get("http://" + admin + "/readyz"); err == nil {
+		if resp, err := http.Get("http://" + admin + "/readyz?deps=1"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil

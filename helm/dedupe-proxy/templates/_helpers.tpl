@@ -343,7 +343,7 @@ initContainers with restartPolicy: Always.
     {{- end }}
   readinessProbe:
     httpGet:
-      path: /readyz
+      path: {{ ternary "/readyz?deps=1" "/readyz" (eq .Values.proxy.readiness "deps") }}
       port: proxy-admin
     {{- with .Values.proxy.readinessProbe }}
     {{- toYaml . | nindent 4 }}
