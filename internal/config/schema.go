@@ -135,10 +135,10 @@ func (b *schemaBuilder) source() map[string]any {
 
 func (b *schemaBuilder) value(v reflect.Value, path string) map[string]any {
 	t := v.Type()
-	switch {
-	case t == durationType:
+	switch t {
+	case durationType:
 		return map[string]any{"type": "string", "pattern": durationPattern, "default": shortDuration(time.Duration(v.Int()))}
-	case t == byteSizeType:
+	case byteSizeType:
 		return map[string]any{
 			"anyOf": []any{
 				map[string]any{"type": "integer"},
