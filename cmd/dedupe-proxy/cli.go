@@ -153,6 +153,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(
 		runCommand(),
 		validateCommand(),
+		initCommand(),
 		configGroup(),
 		configCommand("doctor", doctorHelp, func(c *cobra.Command, cfg *config.Config, _ config.Origins, _ string) error {
 			return runDoctor(cfg, c.OutOrStdout())
@@ -343,7 +344,7 @@ func group(use, long, want string) *cobra.Command {
 }
 
 func configGroup() *cobra.Command {
-	g := group("config print --config FILE", configHelp, "`config print`")
+	g := group("config print --config FILE | schema", configHelp, "`config print` or `config schema`")
 	addConfigFlag(g.PersistentFlags())
 	g.AddCommand(&cobra.Command{
 		Use:  "print --config FILE",
@@ -362,6 +363,7 @@ func configGroup() *cobra.Command {
 			return printConfig(cfg, origins, path, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	})
+	g.AddCommand(schemaCommand())
 	return g
 }
 

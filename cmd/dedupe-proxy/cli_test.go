@@ -108,7 +108,7 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 		{[]string{"keys", "purge", "k", "--config", cfg}, "keys: want `keys status KEY`, `keys forget KEY` or `keys list`, got \"purge\"", "Usage: dedupe-proxy keys status|forget KEY | list --config FILE [--space NAME]"},
 		{[]string{"keys", "list", "k", "--config", cfg}, "keys list: takes no KEY, got 1 argument(s) (choose keys with --prefix)", "Usage: dedupe-proxy keys list --config FILE [--space NAME] [--state inflight|done] [--prefix P] [--limit N]"},
 		{[]string{"keys", "status", "a", "b", "--config", cfg}, "keys status: want one KEY, got 2 argument(s) (a key that starts with '-' goes after --)", "Usage: dedupe-proxy keys status KEY --config FILE [--space NAME]"},
-		{[]string{"config"}, "config: want `config print`", "Usage: dedupe-proxy config print --config FILE"},
+		{[]string{"config"}, "config: want `config print` or `config schema`", "Usage: dedupe-proxy config print --config FILE | schema"},
 		{[]string{"redrive", "--config", cfg}, "redrive: --source NAME is required", "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
 		{[]string{"redrive", "--config", cfg, "--source", "orders", "--limit", "-1"}, "redrive: --limit must be 0 (all) or more, got -1", "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
 		{[]string{"redrive", "orders", "--config", cfg}, `redrive: unexpected argument "orders"`, "Usage: dedupe-proxy redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]"},
@@ -116,8 +116,8 @@ func TestUsageErrorIsOneLineAndTheCommandsUsage(t *testing.T) {
 		{[]string{"inject", "extra"}, `inject: unexpected argument "extra" (use -f FILE)`, "Usage: dedupe-proxy inject [-f FILE|DIR|-] [--image IMAGE] [-q]"},
 		{[]string{"version", "-o", "yaml"}, `version: -o must be text or json, got "yaml"`, "Usage: dedupe-proxy version [-o text|json]"},
 		{[]string{"completion", "powershell"}, `completion: want one shell, bash, zsh or fish, got "powershell"`, "Usage: dedupe-proxy completion bash|zsh|fish"},
-		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, redrive, run, validate, version, webhook)`, "Usage: dedupe-proxy help [COMMAND]"},
-		{[]string{"frobnicate", "--config", cfg}, `dedupe-proxy: unknown command "frobnicate" (one of completion, config, doctor, inject, keys, redrive, run, validate, version, webhook)`, "Run 'dedupe-proxy help' for the commands."},
+		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate" (one of completion, config, doctor, init, inject, keys, redrive, run, validate, version, webhook)`, "Usage: dedupe-proxy help [COMMAND]"},
+		{[]string{"frobnicate", "--config", cfg}, `dedupe-proxy: unknown command "frobnicate" (one of completion, config, doctor, init, inject, keys, redrive, run, validate, version, webhook)`, "Run 'dedupe-proxy help' for the commands."},
 	} {
 		code, out, errOut := cli(c.args...)
 		lines := strings.Split(errOut, "\n")
@@ -139,9 +139,9 @@ func TestDidYouMeanCommand(t *testing.T) {
 		{[]string{"valdate"}, `dedupe-proxy: unknown command "valdate"; did you mean validate?`},
 		{[]string{"docter", "--config", "x.yaml"}, `dedupe-proxy: unknown command "docter"; did you mean doctor?`},
 		{[]string{"verison"}, `dedupe-proxy: unknown command "verison"; did you mean version?`},
-		{[]string{"help", "injet"}, `help: unknown command "injet"; did you mean inject?`},
+		{[]string{"help", "injet"}, `help: unknown command "injet"; did you mean init or inject?`},
 		{[]string{"keys", "stauts", "k"}, "keys: want `keys status KEY`, `keys forget KEY` or `keys list`, got \"stauts\"; did you mean status?"},
-		{[]string{"config", "prnt"}, "config: want `config print`, got \"prnt\"; did you mean print?"},
+		{[]string{"config", "prnt"}, "config: want `config print` or `config schema`, got \"prnt\"; did you mean print?"},
 	} {
 		code, _, errOut := cli(c.args...)
 		if code != 2 || !strings.HasPrefix(errOut, c.want+"\n") {
@@ -204,10 +204,10 @@ func TestCompletionAnswers(t *testing.T) {
 		line []string
 		want []string
 	}{
-		{[]string{""}, []string{"completion", "config", "doctor", "help", "inject", "keys", "redrive", "run", "validate", "version", "webhook"}},
+		{[]string{""}, []string{"completion", "config", "doctor", "help", "init", "inject", "keys", "redrive", "run", "validate", "version", "webhook"}},
 		{[]string{"val"}, []string{"validate"}},
 		{[]string{"keys", ""}, []string{"forget", "list", "status"}},
-		{[]string{"config", ""}, []string{"print"}},
+		{[]string{"config", ""}, []string{"print", "schema"}},
 		{[]string{"run", "--con"}, []string{"--config"}},
 		{[]string{"keys", "status", "--sp"}, []string{"--space"}},
 		{[]string{"completion", ""}, []string{"bash", "zsh", "fish"}},

@@ -9,9 +9,12 @@ Usage:
                                         local development: start the app, wait for its
                                         app.health_url, run the proxy; stop both together
   dedupe-proxy validate --config FILE   check a config file; exit 1 listing every error
+  dedupe-proxy init --source rabbitmq|kafka|redis|webhook [-o FILE] [--force]
+                                        write a minimal valid config (stdout by default)
   dedupe-proxy config print --config FILE
                                         show the effective config, secrets redacted, with
                                         where each value came from (default, file, variable)
+  dedupe-proxy config schema            print the config's JSON Schema, for editors
   dedupe-proxy doctor   --config FILE   check Redis, the brokers, the app and the listeners
                                         the config names; exit 1 on any failure
   dedupe-proxy keys status KEY --config FILE [--space NAME]
@@ -167,4 +170,35 @@ bash needs the bash-completion package.
 const helpHelp = `
 Without COMMAND, list every command; with one, explain it (as COMMAND
 --help does).
+`
+
+const schemaHelp = `
+Print the JSON Schema (draft-07) of the config file: every setting with
+its type, default and description (the comments of config.example.yaml),
+the values of each enum setting, durations as Go duration strings (500ms,
+30s, 5m), and no unknown key. config.schema.json in the repository is
+this output. Point an editor at it with a first line such as
+
+  # yaml-language-server: $schema=config.schema.json
+
+(the YAML extension of VS Code, Neovim and JetBrains IDEs read it). The
+schema checks a file's shape; validate checks the rest (ranges, URLs,
+settings that go together).
+`
+
+const initHelp = `
+Write a minimal valid config for one source: the consumer, app.url, the
+seen-set's Redis and a source of --source KIND (rabbitmq, kafka, redis or
+webhook) named --name, which also names its queue, topic or list. Every
+other setting takes its default; config.example.yaml shows them all.
+Local addresses are assumed (RabbitMQ guest on 127.0.0.1:5672, Kafka and
+Redis on their default ports); edit them before use. A webhook source
+verifies standard-webhooks signatures with the secret in $WEBHOOK_SECRET
+and forwards each event to the app.
+
+It prints to stdout (or -o -); -o FILE writes FILE and refuses to replace
+an existing one unless --force. What it writes passes validate; flags
+that would not (--app-url localhost:8080) exit 1 writing nothing.
+
+  dedupe-proxy init --source kafka --consumer billing -o config.yaml
 `

@@ -94,7 +94,7 @@ func LoadWithOrigins(path string, environ []string) (*Config, Origins, error) {
 		src := DefaultSource()
 		errs = append(errs, unknownKeys(m, reflect.TypeOf(Source{}), prefix)...)
 		errs = append(errs, decode(m, &src, prefix)...)
-		for _, other := range []string{"rabbitmq", "kafka", "redis", "webhook"} {
+		for _, other := range SourceTypes() {
 			if _, set := m[other]; set && src.Type != other {
 				errs = append(errs, fmt.Errorf("%s.%s: set, but the source's type is %q", prefix, other, src.Type))
 			}

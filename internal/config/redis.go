@@ -29,7 +29,7 @@ func (s *Source) validateRedis(at string, p *problems) {
 	if r.DB < 0 {
 		p.add(at+".db", "must not be negative, got %d", r.DB)
 	}
-	p.oneOf(at+".mode", r.Mode, "list", "stream")
+	p.oneOf(at+".mode", r.Mode, enums["sources.redis.mode"]...)
 	p.atLeast(at+".workers", r.Workers, 1)
 	p.positive(at+".reconnect_initial", r.ReconnectInitial)
 	p.positive(at+".reconnect_max", r.ReconnectMax)

@@ -62,8 +62,8 @@ func (c *Config) Validate() error {
 		p.add("consumer", "must be set to a name of letters, digits, '.', '_' or '-' (it namespaces the keys), got %q", c.Consumer)
 	}
 	p.positive("shutdown_timeout", c.ShutdownTimeout)
-	p.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
-	p.oneOf("log.format", c.Log.Format, "json", "text")
+	p.oneOf("log.level", c.Log.Level, enums["log.level"]...)
+	p.oneOf("log.format", c.Log.Format, enums["log.format"]...)
 	if c.Admin.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Admin.Listen); err != nil {
 			p.add("admin.listen", "must be host:port or empty to disable, got %q", c.Admin.Listen)
@@ -100,14 +100,14 @@ func (c *Config) Validate() error {
 	}
 
 	s := c.SeenSet
-	p.oneOf("seenset.backend", s.Backend, "redis", "memory")
+	p.oneOf("seenset.backend", s.Backend, enums["seenset.backend"]...)
 	// A zero TTL reaches Redis as "no expiry" and pins keys forever.
 	p.positive("seenset.ttl", s.TTL)
 	p.positive("seenset.lease", s.Lease)
 	if s.Lease > 0 && s.Lease < 300*time.Millisecond {
 		p.add("seenset.lease", "must be at least 300ms so renewals (every lease/3) outpace expiry, got %s", s.Lease)
 	}
-	p.oneOf("seenset.on_store_error", s.OnStoreError, "fail_closed", "forward")
+	p.oneOf("seenset.on_store_error", s.OnStoreError, enums["seenset.on_store_error"]...)
 	if s.Backend == "redis" {
 		if len(s.Redis.Addrs) == 0 {
 			p.add("seenset.redis.addrs", "must list at least one host:port")
@@ -214,7 +214,7 @@ func (s *Source) validate(at string, p *problems) {
 	if !nameRE.MatchString(s.Name) {
 		p.add(at+".name", "must be set to a name of letters, digits, '.', '_' or '-', got %q", s.Name)
 	}
-	p.oneOf(at+".type", s.Type, "rabbitmq", "kafka", "redis", "webhook")
+	p.oneOf(at+".type", s.Type, enums["sources.type"]...)
 	if !strings.HasPrefix(s.Path, "/") {
 		p.add(at+".path", "must start with '/', got %q", s.Path)
 	}
@@ -223,8 +223,8 @@ func (s *Source) validate(at string, p *problems) {
 			p.add(at+".key", "%v", e)
 		}
 	}
-	p.oneOf(at+".on_missing_key", s.OnMissingKey, "forward", "dead_letter")
-	p.oneOf(at+".key_reuse", s.KeyReuse, "warn", "dead_letter", "forward")
+	p.oneOf(at+".on_missing_key", s.OnMissingKey, enums["sources.on_missing_key"]...)
+	p.oneOf(at+".key_reuse", s.KeyReuse, enums["sources.key_reuse"]...)
 	if _, err := keys.ParseDigestFields(s.KeyReuseFields); err != nil {
 		for _, e := range unjoin(err) {
 			p.add(at+".key_reuse_fields", "%v", e)
@@ -261,7 +261,7 @@ func (s *Source) validate(at string, p *problems) {
 		p.atLeast(at+".workers", r.Workers, 1)
 		p.positive(at+".reconnect_initial", r.ReconnectInitial)
 		p.positive(at+".reconnect_max", r.ReconnectMax)
-		p.oneOf(at+".dead_letter.mode", r.DeadLetter.Mode, "none", "dlx", "publish")
+		p.oneOf(at+".dead_letter.mode", r.DeadLetter.Mode, enums["sources.rabbitmq.dead_letter.mode"]...)
 		if r.DeadLetter.Mode == "publish" && r.DeadLetter.Exchange == "" && r.DeadLetter.RoutingKey == "" {
 			p.add(at+".dead_letter", "mode publish needs an exchange or a routing_key (the default exchange routes by queue name)")
 		}
@@ -297,9 +297,9 @@ func (s *Source) validate(at string, p *problems) {
 		if k.Group == "" {
 			p.add(at+".group", "must be set")
 		}
-		p.oneOf(at+".start_offset", k.StartOffset, "earliest", "latest")
-		p.oneOf(at+".isolation_level", k.IsolationLevel, "read_committed", "read_uncommitted")
-		p.oneOf(at+".ordering", k.Ordering, "partition", "key")
+		p.oneOf(at+".start_offset", k.StartOffset, enums["sources.kafka.start_offset"]...)
+		p.oneOf(at+".isolation_level", k.IsolationLevel, enums["sources.kafka.isolation_level"]...)
+		p.oneOf(at+".ordering", k.Ordering, enums["sources.kafka.ordering"]...)
 		p.atLeast(at+".max_in_flight", k.MaxInFlight, 1)
 		p.atLeast(at+".read_ahead", k.ReadAhead, 1)
 		p.atLeast(at+".batch_size", k.BatchSize, 1)
@@ -312,10 +312,10 @@ func (s *Source) validate(at string, p *problems) {
 			p.add(at+".heartbeat_interval", "must be at most a third of session_timeout (%s), got %s", k.SessionTimeout, k.HeartbeatInterval)
 		}
 		if len(k.Balancers) == 0 {
-			p.add(at+".balancers", "must list at least one of cooperative-sticky, range, sticky, roundrobin")
+			p.add(at+".balancers", "must list at least one of %s", strings.Join(enums["sources.kafka.balancers"], ", "))
 		}
 		for i, b := range k.Balancers {
-			p.oneOf(fmt.Sprintf("%s.balancers[%d]", at, i), b, "cooperative-sticky", "range", "sticky", "roundrobin")
+			p.oneOf(fmt.Sprintf("%s.balancers[%d]", at, i), b, enums["sources.kafka.balancers"]...)
 		}
 		p.kafkaSecurity(at, k.SASL, k.TLS)
 		if s.OnMissingKey == "dead_letter" && k.DeadLetterTopic == "" {
@@ -344,7 +344,7 @@ func (s *Source) validate(at string, p *problems) {
 // kafkaSecurity checks the sasl and tls blocks of a Kafka source or a
 // webhook's Kafka target: one set of rules for one set of settings.
 func (p *problems) kafkaSecurity(at string, sasl KafkaSASL, tls KafkaTLS) {
-	p.oneOf(at+".sasl.mechanism", sasl.Mechanism, "", "plain", "scram-sha-256", "scram-sha-512")
+	p.oneOf(at+".sasl.mechanism", sasl.Mechanism, saslMechanisms...)
 	if slices.Contains([]string{"plain", "scram-sha-256", "scram-sha-512"}, sasl.Mechanism) && (sasl.Username == "" || sasl.Password == "") {
 		p.add(at+".sasl", "mechanism %s needs username and password", sasl.Mechanism)
 	}

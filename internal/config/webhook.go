@@ -73,7 +73,7 @@ func (s *Source) validateWebhook(at string, p *problems) {
 	if !strings.HasPrefix(w.Path, "/") {
 		p.add(at+".path", "must start with '/', got %q", w.Path)
 	}
-	p.oneOf(at+".profile", w.Profile, webhook.Profiles()...)
+	p.oneOf(at+".profile", w.Profile, enums["sources.webhook.profile"]...)
 	if w.Profile != webhook.ProfileNone && slices.Contains(webhook.Profiles(), w.Profile) && len(w.Secrets) == 0 {
 		p.add(at+".secrets", "profile %s needs at least one secret (env:<VARIABLE> or file:<path>)", w.Profile)
 	}
@@ -91,12 +91,12 @@ func (s *Source) validateWebhook(at string, p *problems) {
 		if w.Generic.Header == "" {
 			p.add(at+".generic.header", "must name the signature header for profile generic-hmac")
 		}
-		p.oneOf(at+".generic.encoding", w.Generic.Encoding, "hex", "base64")
-		p.oneOf(at+".generic.algorithm", w.Generic.Algorithm, "sha256", "sha512", "sha1")
+		p.oneOf(at+".generic.encoding", w.Generic.Encoding, enums["sources.webhook.generic.encoding"]...)
+		p.oneOf(at+".generic.algorithm", w.Generic.Algorithm, enums["sources.webhook.generic.algorithm"]...)
 	}
 	p.positive(at+".tolerance", w.Tolerance)
-	p.oneOf(at+".key_from", w.KeyFrom, "profile", "rules")
-	p.oneOf(at+".mode", w.Mode, "enqueue", "forward")
+	p.oneOf(at+".key_from", w.KeyFrom, enums["sources.webhook.key_from"]...)
+	p.oneOf(at+".mode", w.Mode, enums["sources.webhook.mode"]...)
 	if w.MaxBodyBytes <= 0 {
 		p.add(at+".max_body_bytes", "must be positive, got %d", w.MaxBodyBytes)
 	}
@@ -107,7 +107,7 @@ func (s *Source) validateWebhook(at string, p *problems) {
 		return
 	}
 	t := w.Target
-	p.oneOf(at+".target.broker", t.Broker, "rabbitmq", "kafka")
+	p.oneOf(at+".target.broker", t.Broker, enums["sources.webhook.target.broker"]...)
 	switch t.Broker {
 	case "rabbitmq":
 		if u, err := url.Parse(t.RabbitMQ.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
