@@ -97,7 +97,7 @@ func newPartition(s *Source, cl *kgo.Client, topic string, id int32) *partition 
 	}
 	p.low = p.high / 2
 	p.hwm.Store(-1)
-	if s.link.isDown() {
+	if !s.link.IsUp() {
 		p.breakLost()
 	}
 	return p
@@ -497,7 +497,7 @@ func (p *partition) redeliver(ctx context.Context, d *delivery, h broker.BatchHa
 	for {
 		s.log.Warn("kafka message given back while its partition is still assigned; delivering it again in place",
 			"topic", p.topic, "partition", p.id, "offset", d.r.Offset, "settled", d.state.Load() == stateRequeued)
-		if !backoff.Wait(ctx, nil, b.Next()) || !s.link.wait(ctx) {
+		if !backoff.Wait(ctx, nil, b.Next()) || !s.link.Wait(ctx) {
 			return
 		}
 		d = p.again(d, true)
