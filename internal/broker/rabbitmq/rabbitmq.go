@@ -218,7 +218,23 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	if limitRisk != "" {
 		s.log.Warn("rabbitmq queue drops messages past its delivery limit", "delivery_limit", limitRisk)
 	}
+	return true, s.consume(ctx, h, consumer{conn: conn, ch: ch, pub: pub, deliveries: deliveries, connClosed: connClosed, chClosed: chClosed})
+}
 
+// consumer is what a session consumes through.
+type consumer struct {
+	conn                 *amqp.Connection
+	ch                   *amqp.Channel
+	pub                  *Publisher // nil unless dead-letter mode publish
+	deliveries           <-chan amqp.Delivery
+	connClosed, chClosed <-chan *amqp.Error
+}
+
+// consume hands c's deliveries to h on the workers until ctx ends (nil)
+// or the connection, the channel or the consumer ends (why), and returns
+// once every worker has.
+func (s *Source) consume(ctx context.Context, h broker.Handler, c consumer) error {
+	ch, conn, pub, deliveries := c.ch, c.conn, c.pub, c.deliveries
 	lost := make(chan struct{})
 	acks := newAcker(ch, s.log)
 	var out broker.Unsettled
@@ -258,10 +274,10 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 			s.log.Warn("rabbitmq: stopping with deliveries not settled; the broker requeues them when the channel closes", "waited", broker.SettleGrace.String())
 		}
 		acks.close(true)
-		return true, nil
-	case e := <-connClosed:
+		return nil
+	case e := <-c.connClosed:
 		cause = fmt.Errorf("connection closed: %v", e)
-	case e := <-chClosed:
+	case e := <-c.chClosed:
 		cause = fmt.Errorf("channel closed: %v", e)
 	case <-workersDone:
 		cause = errors.New("consumer cancelled by the server (queue deleted?)")
@@ -271,7 +287,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	acks.close(false)
 	_ = conn.Close()
 	<-workersDone
-	return true, cause
+	return cause
 }
 
 // deliveryLimitFinding says what RabbitMQ does with a message of queue
