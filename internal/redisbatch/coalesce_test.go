@@ -49,12 +49,13 @@ func (w *wire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
-// handshake: what the client sends on a new connection of its own (HELLO,
-// CLIENT SETINFO), not what the batcher sent.
+// handshake: what the client sends of its own (HELLO and CLIENT SETINFO
+// on a new connection, a Cluster client's reading of the layout), not
+// what the batcher sent.
 func handshake(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
 		switch strings.ToLower(c.Name()) {
-		case "hello", "client", "auth", "select":
+		case "hello", "client", "auth", "select", "cluster", "command", "readonly":
 		default:
 			return false
 		}
