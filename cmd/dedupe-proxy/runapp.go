@@ -15,6 +15,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/daemon"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // defaultAppReadyTimeout is how long `run -- APP` waits for the app's
@@ -171,35 +172,34 @@ func signalGroup(pid int, sig syscall.Signal) error {
 	return err
 }
 
-// waitHealthy polls app.health_url until it answers 2xx. It returns the
-// signal that interrupted it, or an error when the app exited or did not
-// answer within timeout.
+// waitHealthy runs the daemon's app health check every appPollEvery until
+// app.health_url answers 2xx. It returns the signal that interrupted it,
+// or an error when the app exited or did not answer within timeout.
 func waitHealthy(cfg config.App, app *appProcess, timeout time.Duration, sigs <-chan os.Signal) (os.Signal, error) {
 	fwd, err := forward.New(forward.Config{URL: cfg.URL, Socket: cfg.Socket, Timeout: cfg.Timeout, MaxConns: 1})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	defer fwd.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	probed := make(chan struct{})
+	defer func() { cancel(); <-probed }()
+	health := supervise.New(supervise.Options{Err: errors.New("no answer yet")})
+	go func() {
+		defer close(probed)
+		supervise.AppProbe(supervise.AppCheck(fwd, cfg.HealthURL), appPollEvery).Run(ctx, health)
+	}()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(appPollEvery)
-	defer tick.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), min(cfg.Timeout, time.Second))
-		err := fwd.Probe(ctx, cfg.HealthURL)
-		cancel()
-		if err == nil {
-			return nil, nil
-		}
-		select {
-		case <-app.exited:
-			return nil, fmt.Errorf("the app (%s) exited before app.health_url %s answered 2xx: %s", app.name, cfg.HealthURL, exitStatus(app.err))
-		case <-deadline.C:
-			return nil, fmt.Errorf("the app (%s) did not answer app.health_url %s with 2xx within --app-ready-timeout %s (last: %v); stopping it", app.name, cfg.HealthURL, timeout, err)
-		case s := <-sigs:
-			return s, nil
-		case <-tick.C:
-		}
+	select {
+	case <-health.Up():
+		return nil, nil
+	case <-app.exited:
+		return nil, fmt.Errorf("the app (%s) exited before app.health_url %s answered 2xx: %s", app.name, cfg.HealthURL, exitStatus(app.err))
+	case <-deadline.C:
+		return nil, fmt.Errorf("the app (%s) did not answer app.health_url %s with 2xx within --app-ready-timeout %s (last: %v); stopping it", app.name, cfg.HealthURL, timeout, health.Err())
+	case s := <-sigs:
+		return s, nil
 	}
 }
 

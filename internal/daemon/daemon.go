@@ -29,6 +29,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // Version is set by the linker (-X) at build time.
@@ -136,7 +137,7 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 	undo = append(undo, fwd.Close)
 	var gate pipeline.Gate
 	if cfg.App.HealthURL != "" {
-		d.health = newAppHealth(func(ctx context.Context) error { return fwd.Probe(ctx, cfg.App.HealthURL) },
+		d.health = newAppHealth(supervise.AppCheck(fwd, cfg.App.HealthURL),
 			cfg.App.HealthInterval, d.log, d.metrics.AppUp)
 		gate = d.health
 	}

@@ -3,9 +3,10 @@ package doctor
 import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
-// appHealth GETs the health URL the way the proxy will: through a
+// appHealth runs the proxy's own app health check once, through a
 // forward client with app.url, app.socket and app.timeout.
 func (c *checker) appHealth(a config.App) {
 	check := "app health " + a.HealthURL
@@ -20,7 +21,7 @@ func (c *checker) appHealth(a config.App) {
 	defer fwd.Close()
 	ctx, cancel := c.context()
 	defer cancel()
-	if err := fwd.Probe(ctx, a.HealthURL); err != nil {
+	if err := supervise.AppCheck(fwd, a.HealthURL)(ctx); err != nil {
 		c.add(Fail, check, "%v (the proxy holds messages until it answers 2xx)", err)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // Headers set on every published event, besides the request's own.
@@ -34,11 +35,13 @@ type RabbitSink struct {
 	url, exchange, routingKey string
 	log                       *slog.Logger
 	retry                     backoff.Policy
+	// dep is up while connected; its error is what Ready and Publish
+	// answer while not.
+	dep *supervise.Dep
 
 	mu   sync.Mutex
 	conn *amqp.Connection
 	pub  *rabbitmq.Publisher
-	down error
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -48,72 +51,56 @@ type RabbitSink struct {
 func NewRabbitSink(url, exchange, routingKey string, log *slog.Logger) *RabbitSink {
 	return &RabbitSink{url: url, exchange: exchange, routingKey: routingKey, log: log,
 		retry: backoff.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second},
-		down:  errors.New("rabbitmq: not connected yet"),
-		stop:  make(chan struct{})}
+		dep: supervise.New(supervise.Options{Log: log, Err: errors.New("rabbitmq: not connected yet"), Lines: supervise.Lines{
+			Up:      "webhook target rabbitmq connected",
+			Lost:    "webhook target rabbitmq connection lost; reconnecting",
+			Failing: "webhook target rabbitmq unreachable, retrying",
+		}}),
+		stop: make(chan struct{})}
 }
 
 // Run keeps a connection and a confirmed publisher open, reconnecting
 // with backoff, until ctx ends or Close.
 func (s *RabbitSink) Run(ctx context.Context) {
-	retry := backoff.New(s.retry)
-	for {
-		closed, err := s.connect()
-		if err != nil {
-			s.setDown(fmt.Errorf("rabbitmq: %w", err))
-			delay := retry.Next()
-			s.log.Warn("webhook target rabbitmq unreachable, retrying", "err", err, "retry_in", delay.String())
-			if !backoff.Wait(ctx, s.stop, delay) {
-				return
-			}
-			continue
-		}
-		retry.Reset()
-		select {
-		case e := <-closed:
-			s.setDown(fmt.Errorf("rabbitmq: connection closed: %v", e))
-			s.log.Warn("webhook target rabbitmq connection lost; reconnecting", "err", e)
-			s.closeConn()
-		case <-ctx.Done():
-			s.closeConn()
-			return
-		case <-s.stop:
-			s.closeConn()
-			return
-		}
-	}
+	supervise.Loop{Dep: s.dep, Policy: s.retry, Stop: s.stop}.Run(ctx, s.session)
 }
 
-func (s *RabbitSink) connect() (<-chan *amqp.Error, error) {
+// session is one connection, from the dial until it closes, ctx ends or
+// Close.
+func (s *RabbitSink) session(ctx context.Context, _ bool) (bool, error) {
 	conn, err := rabbitmq.Dial(s.url, "webhook", 2*time.Second)
 	if err != nil {
-		return nil, err
+		return false, fmt.Errorf("rabbitmq: %w", err)
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.PublisherOptions{Name: "webhook target", Logger: s.log, Reopen: s.retry})
 	if err != nil {
 		_ = conn.Close()
-		return nil, err
+		return false, fmt.Errorf("rabbitmq: %w", err)
 	}
 	s.mu.Lock()
-	s.conn, s.pub, s.down = conn, pub, nil
+	s.conn, s.pub = conn, pub
 	s.mu.Unlock()
-	s.log.Info("webhook target rabbitmq connected", "exchange", s.exchange, "routing_key", s.routingKey)
-	return closed, nil
+	s.dep.SetUp("exchange", s.exchange, "routing_key", s.routingKey)
+	select {
+	case e := <-closed:
+		err = fmt.Errorf("rabbitmq: connection closed: %v", e)
+	case <-ctx.Done():
+	case <-s.stop:
+	}
+	s.closeConn(err)
+	return true, err
 }
 
-func (s *RabbitSink) setDown(err error) {
-	s.mu.Lock()
-	s.down = err
-	s.mu.Unlock()
-}
-
-func (s *RabbitSink) closeConn() {
+// closeConn closes the connection; err is why (nil: a stop).
+func (s *RabbitSink) closeConn(err error) {
+	if err == nil {
+		err = errors.New("rabbitmq: closed")
+	}
+	s.dep.Lose(err)
 	s.mu.Lock()
 	conn, pub := s.conn, s.pub
 	s.conn, s.pub = nil, nil
-	if s.down == nil {
-		s.down = errors.New("rabbitmq: closed")
-	}
 	s.mu.Unlock()
 	if pub != nil {
 		pub.Close()
@@ -128,10 +115,10 @@ func (s *RabbitSink) closeConn() {
 // receives no requests, so none could show it recovered.
 func (s *RabbitSink) Ready() error {
 	s.mu.Lock()
-	pub, down := s.pub, s.down
+	pub := s.pub
 	s.mu.Unlock()
 	if pub == nil {
-		return down
+		return s.down()
 	}
 	return pub.Ready()
 }
@@ -139,10 +126,10 @@ func (s *RabbitSink) Ready() error {
 // Publish sends e and waits for the broker's confirm.
 func (s *RabbitSink) Publish(ctx context.Context, e Event) error {
 	s.mu.Lock()
-	pub, down := s.pub, s.down
+	pub := s.pub
 	s.mu.Unlock()
 	if pub == nil {
-		return down
+		return s.down()
 	}
 	h := amqp.Table{}
 	for k, v := range e.Headers {
@@ -163,6 +150,15 @@ func (s *RabbitSink) Publish(ctx context.Context, e Event) error {
 // Close stops Run and closes the connection; safe to call twice.
 func (s *RabbitSink) Close() error {
 	s.stopOnce.Do(func() { close(s.stop) })
-	s.closeConn()
+	s.closeConn(nil)
 	return nil
+}
+
+// down is why the sink is not connected.
+func (s *RabbitSink) down() error {
+	if err := s.dep.Err(); err != nil {
+		return err
+	}
+	// Between a lost connection and the dependency marked down.
+	return errors.New("rabbitmq: not connected")
 }

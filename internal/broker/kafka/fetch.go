@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,7 +46,7 @@ func (s *Source) poll(ctx context.Context, cl *kgo.Client) {
 				// data-loss error, say) may clear up; the client
 				// keeps fetching.
 				err = fmt.Errorf("topic %s partition %d: %w", topic, part, err)
-				s.link.fetchFailed(err)
+				s.link.Failed(err)
 				s.fetching.Down(err)
 				s.log.Debug("kafka fetch failed, retrying", "topic", topic, "partition", part, "err", err)
 			}
@@ -70,88 +69,6 @@ func (s *Source) poll(ctx context.Context, cl *kgo.Client) {
 		})
 		cl.AllowRebalance()
 	}
-}
-
-// link follows whether the connections the source depends on work. A
-// fetch or heartbeat that fails on the wire breaks it: the Lost channel
-// of everything handed out closes. A fetch or heartbeat that succeeds
-// mends it, and deliveries from then on get a new channel.
-type link struct {
-	mu       sync.Mutex
-	down     bool
-	up       chan struct{} // closed when a broken link works again
-	failedAt time.Time     // last failure, zero once something worked
-	lastErr  error
-}
-
-func (l *link) init() {
-	l.up = make(chan struct{})
-	close(l.up)
-}
-
-// broke records a connection failure; true when it just broke.
-func (l *link) broke(err error) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.failedAt, l.lastErr = time.Now(), err
-	if l.down {
-		return false
-	}
-	l.down = true
-	l.up = make(chan struct{})
-	return true
-}
-
-// fetchFailed records a failure that left the connection up.
-func (l *link) fetchFailed(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.failedAt, l.lastErr = time.Now(), err
-}
-
-// works records a success; it reports whether the link was broken.
-func (l *link) works() (mended bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.failedAt, l.lastErr = time.Time{}, nil
-	if l.down {
-		l.down = false
-		close(l.up)
-		return true
-	}
-	return false
-}
-
-func (l *link) isDown() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.down
-}
-
-// wait returns once the link works (true) or ctx ended (false).
-func (l *link) wait(ctx context.Context) bool {
-	l.mu.Lock()
-	up := l.up
-	l.mu.Unlock()
-	select {
-	case <-up:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// failing is the last failure if it is more recent than window: an idle
-// client may not fetch again for a while, so a failure counts only while
-// it is recent (a client that stays cut off reports another one at least
-// every RetryBackoffMax).
-func (l *link) failing(window time.Duration) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.failedAt.IsZero() || time.Since(l.failedAt) >= window {
-		return nil
-	}
-	return l.lastErr
 }
 
 // hooks report connection, fetch and group failures, which kgo retries
@@ -203,7 +120,7 @@ func (h *hooks) broke(meta kgo.BrokerMetadata, err error) {
 	s := h.s
 	broker := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
 	err = fmt.Errorf("broker %s: %w", broker, err)
-	if s.link.broke(err) {
+	if s.link.SetDown(err, true) {
 		for _, p := range s.holding() {
 			p.breakLost()
 		}
@@ -214,7 +131,7 @@ func (h *hooks) broke(meta kgo.BrokerMetadata, err error) {
 
 func (h *hooks) works() {
 	s := h.s
-	if s.link.works() {
+	if s.link.SetUp() {
 		for _, p := range s.holding() {
 			p.renewLost()
 		}

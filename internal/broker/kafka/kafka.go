@@ -91,6 +91,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/statelog"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // Ordering modes.
@@ -203,7 +204,12 @@ type Source struct {
 	slots chan struct{}
 
 	member atomic.Bool
-	link   link
+	// link is up while the connections the source depends on work. A
+	// fetch or heartbeat that fails on the wire takes it down: the Lost
+	// channel of everything handed out closes. One that succeeds brings
+	// it up, and deliveries from then on get a new channel. Its lines are
+	// fetching's (statelog), which waits for successes to settle.
+	link *supervise.Dep
 
 	// h and runCtx are set by RunBatches before the client exists, and
 	// read by the group callbacks it triggers. The client itself starts
@@ -318,7 +324,7 @@ func New(o Options) (*Source, error) {
 		commitFail: o.Metrics.CommitFailures,
 		reconnects: o.Metrics.Reconnects,
 	}
-	s.link.init()
+	s.link = supervise.New(supervise.Options{Up: true})
 	s.fetching = statelog.New(s.log, "kafka fetch failing: the partitions affected wait, nothing is skipped", "kafka fetching again on every partition")
 	s.group = statelog.New(s.log, "kafka group unavailable: retrying", "kafka group available again")
 	if err := kgo.ValidateOpts(s.groupOpts()...); err != nil {
@@ -371,7 +377,7 @@ func (s *Source) Ready() error {
 	if !s.member.Load() {
 		return broker.ErrNotConnected
 	}
-	if err := s.link.failing(3 * s.o.RetryBackoffMax); err != nil {
+	if err := s.link.Failing(3 * s.o.RetryBackoffMax); err != nil {
 		return fmt.Errorf("%w: fetching fails: %v", broker.ErrNotConnected, err)
 	}
 	return nil

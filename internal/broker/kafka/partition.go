@@ -14,49 +14,290 @@ import (
 )
 
 // partition is one assigned partition, from its assignment until it is
-// revoked, lost or the source stops.
+// revoked, lost or the source stops. What it holds is in parts, each
+// with its own lock: the records fetched and not yet taken (fetched),
+// which taken messages are finished and so what may be committed
+// (track), the Lost channel of its deliveries (gate), the key lanes of
+// OrderingKey (lanes), the holds of messages that cannot be
+// dead-lettered (holds) and the lag gauge (lag).
 type partition struct {
-	s     *Source
+	s *Source
+	// cl is the client the partition was assigned through: its fetches
+	// and its dead letters go through it.
 	cl    *kgo.Client
 	topic string
 	id    int32
-	label string
-	track *tracker
-	lag   prometheus.Gauge
-	hwm   atomic.Int64
+
+	fetched *fetched
+	track   *tracker
+	gate    lostGate
+	lanes   lanes
+	holds   holds
+	lag     lagMeter
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // the worker and every handler it started returned
+	// wake tells the worker there may be something to hand out: records
+	// fetched, or a lane's next message ready.
+	wake chan struct{}
+	// sets counts the goroutines that run handed-out sets (OrderingKey).
+	sets sync.WaitGroup
+}
 
-	// queue holds records polled and not yet handed out, in offset
-	// order; past high the partition is paused at the client, and
-	// resumed once the worker took it down to low.
-	qmu       sync.Mutex
-	queue     []*kgo.Record
-	paused    bool
+func newPartition(s *Source, cl *kgo.Client, topic string, id int32) *partition {
+	label := strconv.Itoa(int(id))
+	// The worker takes a batch (partition order) or fills the window
+	// (key order) from what waits; twice that waiting is enough to never
+	// run dry between two fetches.
+	high := 2 * s.o.BatchSize
+	if s.o.Ordering == OrderingKey {
+		high = 2 * s.o.MaxInFlight
+	}
+	high = max(high, 2)
+	p := &partition{
+		s:       s,
+		cl:      cl,
+		topic:   topic,
+		id:      id,
+		fetched: &fetched{cl: cl, topic: topic, id: id, high: high, low: high / 2},
+		track:   newTracker(-1),
+		gate:    lostGate{ch: make(chan struct{})},
+		lanes:   lanes{byKey: map[laneKey]*lane{}},
+		holds:   holds{gauge: s.held},
+		lag:     lagMeter{gauge: s.m.Lag.WithLabelValues(topic, label), label: label},
+		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+	}
+	p.lag.hwm.Store(-1)
+	if !s.link.IsUp() {
+		p.gate.close()
+	}
+	return p
+}
+
+// fetched holds the records polled for one partition and not yet taken,
+// in offset order. Past high the partition is paused at the client, and
+// resumed once the worker took it down to low; pausing under mu keeps a
+// pause and the resume that follows it in order.
+type fetched struct {
+	cl        *kgo.Client
+	topic     string
+	id        int32
 	high, low int
-	wake      chan struct{}
 
-	// lost is closed when the partition stops or the link breaks; a
-	// mended link gives a partition that still runs a new one.
-	lostMu  sync.Mutex
-	lostCh  chan struct{}
-	isLost  bool
+	mu     sync.Mutex
+	recs   []*kgo.Record
+	paused bool
+}
+
+// add appends polled records, pausing the partition once enough wait.
+func (f *fetched) add(recs []*kgo.Record) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recs = append(f.recs, recs...)
+	if !f.paused && len(f.recs) >= f.high {
+		f.paused = true
+		f.cl.PauseFetchPartitions(map[string][]int32{f.topic: {f.id}})
+	}
+}
+
+// take returns up to n records that keep accepts, without waiting: nil
+// when none is queued. Records keep refuses are dropped.
+func (f *fetched) take(n int, keep func(off int64) bool) []*kgo.Record {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.recs) > 0 {
+		n := min(n, len(f.recs))
+		out := make([]*kgo.Record, 0, n)
+		for _, r := range f.recs[:n] {
+			if keep(r.Offset) {
+				out = append(out, r)
+			}
+		}
+		clear(f.recs[:n])
+		f.recs = f.recs[n:]
+		if f.paused && len(f.recs) <= f.low {
+			f.paused = false
+			f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {f.id}})
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return nil
+}
+
+// release drops what waits and the pause, which the client would keep
+// for a later assignment of the same partition.
+func (f *fetched) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.paused {
+		f.paused = false
+		f.cl.ResumeFetchPartitions(map[string][]int32{f.topic: {f.id}})
+	}
+	clear(f.recs)
+	f.recs = nil
+}
+
+// lostGate is the Lost channel of a partition's deliveries: closed when
+// the partition stops or the link breaks; a mended link gives a
+// partition that still runs a new one.
+type lostGate struct {
+	mu      sync.Mutex
+	ch      chan struct{}
+	closed  bool
 	stopped bool
+}
 
-	// OrderingKey: one lane per key with a message handed out (or
-	// ready to be) and the later messages of that key waiting behind it;
-	// ready holds the messages the worker hands out next, a lane's next
-	// message included once the one before it finished. sets counts the
-	// goroutines that run handed-out sets.
+func (g *lostGate) current() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ch
+}
+
+func (g *lostGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closeLocked()
+}
+
+func (g *lostGate) closeLocked() {
+	if !g.closed {
+		close(g.ch)
+		g.closed = true
+	}
+}
+
+// stop closes the gate for good.
+func (g *lostGate) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	g.closeLocked()
+}
+
+func (g *lostGate) renew() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed && !g.stopped {
+		g.ch = make(chan struct{})
+		g.closed = false
+	}
+}
+
+// lanes (OrderingKey): one lane per key with a message handed out (or
+// ready to be) and the later messages of that key waiting behind it;
+// ready holds the messages the worker hands out next, a lane's next
+// message included once the one before it finished.
+type lanes struct {
 	mu    sync.Mutex
-	lanes map[laneKey]*lane
+	byKey map[laneKey]*lane
 	ready []*delivery
-	sets  sync.WaitGroup
+}
 
-	heldMu sync.Mutex
-	held   int // deliveries currently held (no dead letter possible)
+// takeReady returns, and forgets, what is ready.
+func (l *lanes) takeReady() []*delivery {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ready := l.ready
+	l.ready = nil
+	return ready
+}
+
+// putBack puts ds, taken and not handed out, before what is ready.
+func (l *lanes) putBack(ds []*delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ready = append(ds[:len(ds):len(ds)], l.ready...)
+}
+
+// join adds d to its lane (key k); true when its lane was empty, so it
+// may be handed out now.
+func (l *lanes) join(d *delivery, k laneKey) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d.lane, d.inLane = k, true
+	if ln := l.byKey[k]; ln != nil {
+		ln.queue = append(ln.queue, d)
+		return false
+	}
+	l.byKey[k] = &lane{}
+	return true
+}
+
+// next makes the message waiting behind d in its lane ready, or ends
+// the lane; d just finished. It reports whether one became ready.
+func (l *lanes) next(d *delivery) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.byKey[d.lane]
+	switch {
+	case ln == nil:
+		return false
+	case len(ln.queue) == 0:
+		delete(l.byKey, d.lane)
+		return false
+	}
+	next := ln.queue[0]
+	ln.queue[0] = nil
+	ln.queue = ln.queue[1:]
+	l.ready = append(l.ready, next)
+	return true
+}
+
+// holds counts the partition's messages that cannot be dead-lettered;
+// the source's partitions-held gauge counts the partitions with one.
+type holds struct {
+	gauge prometheus.Gauge
+	mu    sync.Mutex
+	n     int
+}
+
+func (h *holds) add() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n++
+	if h.n == 1 {
+		h.gauge.Inc()
+	}
+}
+
+// done ends a hold; true when it was the last.
+func (h *holds) done() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n--
+	if h.n == 0 {
+		h.gauge.Dec()
+		return true
+	}
+	return false
+}
+
+// lagMeter is the partition's lag gauge: the high watermark past the
+// committed offset (or, before a commit, the oldest unfinished one).
+type lagMeter struct {
+	gauge prometheus.Gauge
+	label string
+	hwm   atomic.Int64
+}
+
+// update sets the gauge from the tracker.
+func (m *lagMeter) update(t *tracker) {
+	hwm := m.hwm.Load()
+	if hwm < 0 {
+		return
+	}
+	base := t.committedOffset()
+	if base < 0 {
+		base = t.lowestUnfinished()
+	}
+	if base < 0 {
+		return
+	}
+	m.gauge.Set(float64(max(hwm-base, 0)))
 }
 
 // laneKey is what OrderingKey orders a message by: its record key, or
@@ -70,37 +311,6 @@ type laneKey struct {
 // lane: the messages of one key waiting behind the one handed out.
 type lane struct {
 	queue []*delivery
-}
-
-func newPartition(s *Source, cl *kgo.Client, topic string, id int32) *partition {
-	label := strconv.Itoa(int(id))
-	// The worker takes a batch (partition order) or fills the window
-	// (key order) from what waits; twice that waiting is enough to never
-	// run dry between two fetches.
-	high := 2 * s.o.BatchSize
-	if s.o.Ordering == OrderingKey {
-		high = 2 * s.o.MaxInFlight
-	}
-	p := &partition{
-		s:      s,
-		cl:     cl,
-		topic:  topic,
-		id:     id,
-		label:  label,
-		track:  newTracker(-1),
-		lag:    s.m.Lag.WithLabelValues(topic, label),
-		done:   make(chan struct{}),
-		high:   max(high, 2),
-		wake:   make(chan struct{}, 1),
-		lostCh: make(chan struct{}),
-		lanes:  map[laneKey]*lane{},
-	}
-	p.low = p.high / 2
-	p.hwm.Store(-1)
-	if s.link.isDown() {
-		p.breakLost()
-	}
-	return p
 }
 
 // start runs the partition's worker until stop or the end of runCtx.
@@ -118,71 +328,37 @@ func (p *partition) start(runCtx context.Context, h broker.BatchHandler, set bro
 
 // stop ends the partition: Lost closes and nothing more is handed out.
 func (p *partition) stop() {
-	p.lostMu.Lock()
-	p.stopped = true
-	p.lostMu.Unlock()
-	p.breakLost()
+	p.gate.stop()
 	p.cancel()
 }
 
 // release forgets the partition's metrics (another member owns it now, or
-// nobody does) and its pause, which the client would keep for a later
-// assignment of the same partition.
+// nobody does) and its fetched records and pause.
 func (p *partition) release() {
-	p.s.m.Lag.DeleteLabelValues(p.topic, p.label)
-	p.qmu.Lock()
-	defer p.qmu.Unlock()
-	if p.paused {
-		p.paused = false
-		p.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
-	}
-	clear(p.queue)
-	p.queue = nil
+	p.s.m.Lag.DeleteLabelValues(p.topic, p.lag.label)
+	p.fetched.release()
 }
 
-func (p *partition) lost() <-chan struct{} {
-	p.lostMu.Lock()
-	defer p.lostMu.Unlock()
-	return p.lostCh
-}
+func (p *partition) lost() <-chan struct{} { return p.gate.current() }
+func (p *partition) breakLost()            { p.gate.close() }
+func (p *partition) renewLost()            { p.gate.renew() }
 
-func (p *partition) breakLost() {
-	p.lostMu.Lock()
-	defer p.lostMu.Unlock()
-	if !p.isLost {
-		close(p.lostCh)
-		p.isLost = true
-	}
-}
-
-func (p *partition) renewLost() {
-	p.lostMu.Lock()
-	defer p.lostMu.Unlock()
-	if p.isLost && !p.stopped {
-		p.lostCh = make(chan struct{})
-		p.isLost = false
-	}
-}
-
-// enqueue appends polled records; the partition is paused once enough
-// wait. Pausing under qmu keeps a pause and the resume that follows it in
-// order.
-func (p *partition) enqueue(recs []*kgo.Record, hwm int64) {
-	if hwm > p.hwm.Load() {
-		p.hwm.Store(hwm)
-		p.updateLag()
-	}
-	p.qmu.Lock()
-	p.queue = append(p.queue, recs...)
-	if !p.paused && len(p.queue) >= p.high {
-		p.paused = true
-		p.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.id}})
-	}
-	p.qmu.Unlock()
+// poke wakes the worker.
+func (p *partition) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// enqueue appends polled records.
+func (p *partition) enqueue(recs []*kgo.Record, hwm int64) {
+	if hwm > p.lag.hwm.Load() {
+		p.lag.hwm.Store(hwm)
+		p.updateLag()
+	}
+	p.fetched.add(recs)
+	p.poke()
 }
 
 // take returns up to n queued records, waiting for one; false once ctx
@@ -205,27 +381,7 @@ func (p *partition) take(ctx context.Context, n int) ([]*kgo.Record, bool) {
 
 // takeNow is take without waiting: nil when nothing is queued.
 func (p *partition) takeNow(n int) []*kgo.Record {
-	p.qmu.Lock()
-	defer p.qmu.Unlock()
-	for len(p.queue) > 0 {
-		n := min(n, len(p.queue))
-		out := make([]*kgo.Record, 0, n)
-		for _, r := range p.queue[:n] {
-			if p.track.add(r.Offset) {
-				out = append(out, r)
-			}
-		}
-		clear(p.queue[:n])
-		p.queue = p.queue[n:]
-		if p.paused && len(p.queue) <= p.low {
-			p.paused = false
-			p.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
-		}
-		if len(out) > 0 {
-			return out
-		}
-	}
-	return nil
+	return p.fetched.take(n, p.track.add)
 }
 
 // run hands the partition's records to h in order until ctx ends.
@@ -263,9 +419,7 @@ func (p *partition) runKeyed(ctx context.Context, h broker.BatchHandler, set bro
 			return
 		}
 		if n < len(ready) {
-			p.mu.Lock()
-			p.ready = append(ready[n:len(ready):len(ready)], p.ready...)
-			p.mu.Unlock()
+			p.lanes.putBack(ready[n:])
 		}
 		p.dispatch(ctx, ready[:n], h, set)
 	}
@@ -275,11 +429,7 @@ func (p *partition) runKeyed(ctx context.Context, h broker.BatchHandler, set bro
 // until there are some; nil once ctx ended.
 func (p *partition) nextReady(ctx context.Context) []*delivery {
 	for ctx.Err() == nil {
-		p.mu.Lock()
-		ready := p.ready
-		p.ready = nil
-		p.mu.Unlock()
-		if len(ready) > 0 {
+		if ready := p.lanes.takeReady(); len(ready) > 0 {
 			return ready
 		}
 		if room := p.s.o.ReadAhead - p.track.window(); room > 0 {
@@ -303,22 +453,11 @@ func (p *partition) nextReady(ctx context.Context) []*delivery {
 // earlier message handed out or waiting; the others join their lane.
 func (p *partition) intoLanes(recs []*kgo.Record) []*delivery {
 	ready := make([]*delivery, 0, len(recs))
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, r := range recs {
 		d := p.newDelivery(r, nil, false)
-		k, ok := p.laneOf(d)
-		if !ok {
+		if k, ok := p.laneOf(d); !ok || p.lanes.join(d, k) {
 			ready = append(ready, d)
-			continue
 		}
-		d.lane, d.inLane = k, true
-		if l := p.lanes[k]; l != nil {
-			l.queue = append(l.queue, d)
-			continue
-		}
-		p.lanes[k] = &lane{}
-		ready = append(ready, d)
 	}
 	return ready
 }
@@ -340,28 +479,8 @@ func (p *partition) laneOf(d *delivery) (laneKey, bool) {
 // nextInLane hands out the message waiting behind d in its lane, or
 // ends the lane; d just finished.
 func (p *partition) nextInLane(d *delivery) {
-	if !d.inLane {
-		return
-	}
-	p.mu.Lock()
-	l := p.lanes[d.lane]
-	switch {
-	case l == nil:
-		p.mu.Unlock()
-		return
-	case len(l.queue) == 0:
-		delete(p.lanes, d.lane)
-		p.mu.Unlock()
-		return
-	}
-	next := l.queue[0]
-	l.queue[0] = nil
-	l.queue = l.queue[1:]
-	p.ready = append(p.ready, next)
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	if d.inLane && p.lanes.next(d) {
+		p.poke()
 	}
 }
 
@@ -497,7 +616,7 @@ func (p *partition) redeliver(ctx context.Context, d *delivery, h broker.BatchHa
 	for {
 		s.log.Warn("kafka message given back while its partition is still assigned; delivering it again in place",
 			"topic", p.topic, "partition", p.id, "offset", d.r.Offset, "settled", d.state.Load() == stateRequeued)
-		if !backoff.Wait(ctx, nil, b.Next()) || !s.link.wait(ctx) {
+		if !backoff.Wait(ctx, nil, b.Next()) || !s.link.Wait(ctx) {
 			return
 		}
 		d = p.again(d, true)
@@ -526,30 +645,12 @@ func (p *partition) finish(d *delivery) {
 	}
 }
 
-func (p *partition) updateLag() {
-	hwm := p.hwm.Load()
-	if hwm < 0 {
-		return
-	}
-	base := p.track.committedOffset()
-	if base < 0 {
-		base = p.track.lowestUnfinished()
-	}
-	if base < 0 {
-		return
-	}
-	p.lag.Set(float64(max(hwm-base, 0)))
-}
+func (p *partition) updateLag() { p.lag.update(p.track) }
 
 // hold records that a message of this partition cannot be dead-lettered:
 // the partition stops advancing until it succeeds.
 func (p *partition) hold(off int64, reason string, err error) {
-	p.heldMu.Lock()
-	defer p.heldMu.Unlock()
-	p.held++
-	if p.held == 1 {
-		p.s.held.Inc()
-	}
+	p.holds.add()
 	attrs := []any{"topic", p.topic, "partition", p.id, "offset", off, "reason", reason}
 	if err != nil {
 		attrs = append(attrs, "err", err.Error())
@@ -560,11 +661,7 @@ func (p *partition) hold(off int64, reason string, err error) {
 }
 
 func (p *partition) unhold() {
-	p.heldMu.Lock()
-	defer p.heldMu.Unlock()
-	p.held--
-	if p.held == 0 {
-		p.s.held.Dec()
+	if p.holds.done() {
 		p.s.log.Info("kafka partition no longer held", "topic", p.topic, "partition", p.id)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // Dead-letter modes.
@@ -57,15 +58,14 @@ type Options struct {
 
 // Source consumes one queue.
 type Source struct {
-	o         Options
-	log       *slog.Logger
-	connected atomic.Bool
+	o   Options
+	log *slog.Logger
+	// dep is up while consuming.
+	dep *supervise.Dep
 	// pub is the session's dead-letter publisher (publish mode), for Ready.
 	pub  atomic.Pointer[Publisher]
 	mu   sync.Mutex
 	conn *amqp.Connection
-	// down is when consuming stopped, zero while it runs; Run's own.
-	down time.Time
 	// limitChecked: the first session's start line said what the queue
 	// does past its delivery limit; Run's own.
 	limitChecked bool
@@ -94,7 +94,14 @@ func New(o Options) *Source {
 		host, _ := os.Hostname()
 		o.ConsumerTag = fmt.Sprintf("dedupe-proxy/%s/%s/%d/%s", o.Name, host, os.Getpid(), randHex(4))
 	}
-	return &Source{o: o, log: o.Logger.With("source", o.Name, "queue", o.Queue)}
+	log := o.Logger.With("source", o.Name, "queue", o.Queue)
+	return &Source{o: o, log: log, dep: supervise.New(supervise.Options{Log: log, Lines: supervise.Lines{
+		Up:   "rabbitmq consuming",
+		Lost: "rabbitmq connection lost, reconnecting",
+		// Never got to consuming: a wrong URL, credentials or queue name
+		// is more likely than a network blip; the error says.
+		Failing: "rabbitmq: cannot consume, retrying",
+	}})}
 }
 
 // Name implements broker.Source.
@@ -108,7 +115,7 @@ func (s *Source) Requeues() bool { return true }
 // mode, while dead letters can go out — a consumer whose dead letters all
 // fail keeps requeueing its failing messages.
 func (s *Source) Ready() error {
-	if !s.connected.Load() {
+	if !s.dep.IsUp() {
 		return broker.ErrNotConnected
 	}
 	if pub := s.pub.Load(); pub != nil {
@@ -134,38 +141,14 @@ func (s *Source) Close() error {
 	return nil
 }
 
-// Run implements broker.Source.
+// Run implements broker.Source: one warning when consuming stops (or
+// cannot start), debug lines for the retries after it; "rabbitmq
+// consuming" says it is back.
 func (s *Source) Run(ctx context.Context, h broker.Handler) error {
-	retry := backoff.New(s.reconnect())
-	first := true
-	// One warning when consuming stops (or cannot start), debug lines for
-	// the retries after it; "rabbitmq consuming" says it is back.
-	for {
-		connected, err := s.session(ctx, h, !first)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if connected {
-			first = false
-			retry.Reset()
-		}
-		delay := retry.Next()
-		msg := "rabbitmq connection lost, reconnecting"
-		if !connected {
-			// Never got to consuming: a wrong URL, credentials or queue
-			// name is more likely than a network blip; the error says.
-			msg = "rabbitmq: cannot consume, retrying"
-		}
-		level := slog.LevelDebug
-		if connected || s.down.IsZero() {
-			level = slog.LevelWarn
-			s.down = time.Now()
-		}
-		s.log.Log(ctx, level, msg, "err", errText(err), "retry_in", delay.String())
-		if !backoff.Wait(ctx, nil, delay) {
-			return nil
-		}
-	}
+	supervise.Loop{Dep: s.dep, Policy: s.reconnect()}.Run(ctx, func(ctx context.Context, reconnect bool) (bool, error) {
+		return s.session(ctx, h, reconnect)
+	})
+	return nil
 }
 
 // reconnect is the backoff between sessions, and between attempts to
@@ -186,7 +169,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	s.conn = conn
 	s.mu.Unlock()
 	defer func() {
-		s.connected.Store(false)
+		s.dep.Lose(nil)
 		_ = conn.Close()
 		s.mu.Lock()
 		s.conn = nil
@@ -220,15 +203,10 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	if err != nil {
 		return false, fmt.Errorf("consume queue %q: %w", s.o.Queue, err)
 	}
-	s.connected.Store(true)
 	if reconnect && s.o.Metrics != nil {
 		s.o.Metrics.Reconnects.Inc()
 	}
 	attrs := []any{"prefetch", s.o.Prefetch, "workers", s.o.Workers, "reconnect", reconnect}
-	if !s.down.IsZero() {
-		attrs = append(attrs, "down_for", time.Since(s.down).Round(time.Millisecond).String())
-		s.down = time.Time{}
-	}
 	var limitRisk string
 	if !s.limitChecked {
 		s.limitChecked = true
@@ -236,11 +214,27 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 		finding, limitRisk = deliveryLimitFinding(conn, s.o.Queue)
 		attrs = append(attrs, "delivery_limit", finding)
 	}
-	s.log.Info("rabbitmq consuming", attrs...)
+	s.dep.SetUp(attrs...)
 	if limitRisk != "" {
 		s.log.Warn("rabbitmq queue drops messages past its delivery limit", "delivery_limit", limitRisk)
 	}
+	return true, s.consume(ctx, h, consumer{conn: conn, ch: ch, pub: pub, deliveries: deliveries, connClosed: connClosed, chClosed: chClosed})
+}
 
+// consumer is what a session consumes through.
+type consumer struct {
+	conn                 *amqp.Connection
+	ch                   *amqp.Channel
+	pub                  *Publisher // nil unless dead-letter mode publish
+	deliveries           <-chan amqp.Delivery
+	connClosed, chClosed <-chan *amqp.Error
+}
+
+// consume hands c's deliveries to h on the workers until ctx ends (nil)
+// or the connection, the channel or the consumer ends (why), and returns
+// once every worker has.
+func (s *Source) consume(ctx context.Context, h broker.Handler, c consumer) error {
+	ch, conn, pub, deliveries := c.ch, c.conn, c.pub, c.deliveries
 	lost := make(chan struct{})
 	acks := newAcker(ch, s.log)
 	var out broker.Unsettled
@@ -280,20 +274,20 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 			s.log.Warn("rabbitmq: stopping with deliveries not settled; the broker requeues them when the channel closes", "waited", broker.SettleGrace.String())
 		}
 		acks.close(true)
-		return true, nil
-	case e := <-connClosed:
+		return nil
+	case e := <-c.connClosed:
 		cause = fmt.Errorf("connection closed: %v", e)
-	case e := <-chClosed:
+	case e := <-c.chClosed:
 		cause = fmt.Errorf("channel closed: %v", e)
 	case <-workersDone:
 		cause = errors.New("consumer cancelled by the server (queue deleted?)")
 	}
-	s.connected.Store(false)
+	s.dep.Lose(cause)
 	close(lost)
 	acks.close(false)
 	_ = conn.Close()
 	<-workersDone
-	return true, cause
+	return cause
 }
 
 // deliveryLimitFinding says what RabbitMQ does with a message of queue
@@ -471,11 +465,4 @@ func redactErr(err error, rawURL string) error {
 		return errors.New(strings.ReplaceAll(err.Error(), u.Password, "xxxxx"))
 	}
 	return err
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

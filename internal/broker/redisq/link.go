@@ -15,13 +15,14 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // link is what both modes keep of their connection to the broker Redis:
-// whether a session is consuming, why the last one ended, a problem Ready
-// reports while connected (WRONGTYPE), and the loop that starts sessions
-// again with a backoff. One copy, so the list and the stream reconnect
-// and report their state the same way.
+// the dependency's state (consuming or not, why the last session ended),
+// a problem Ready reports while connected (WRONGTYPE), and the loop that
+// starts sessions again with a backoff. One copy, so the list and the
+// stream reconnect and report their state the same way.
 type link struct {
 	rdb redis.UniversalClient
 	// batch sends the settles (acks, requeues, dead letters) of every
@@ -32,19 +33,22 @@ type link struct {
 	// what names the key consumed, for Ready: `redis queue "orders"`.
 	what string
 
-	connected atomic.Bool
-	problem   atomic.Pointer[error]
-	lastErr   atomic.Pointer[error]
-	down      time.Time
-	closed    sync.Once
+	// dep is up while a session consumes; Run sets it.
+	dep     atomic.Pointer[supervise.Dep]
+	problem atomic.Pointer[error]
+	closed  sync.Once
 }
 
 // Ready implements broker.Source.
 func (l *link) Ready() error {
-	if !l.connected.Load() {
-		if e := l.lastErr.Load(); e != nil {
-			return fmt.Errorf("%w to %s: %v", broker.ErrNotConnected, l.what, *e)
-		}
+	d := l.dep.Load()
+	if d == nil {
+		return broker.ErrNotConnected
+	}
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("%w to %s: %v", broker.ErrNotConnected, l.what, err)
+	}
+	if !d.IsUp() {
 		return broker.ErrNotConnected
 	}
 	if p := l.problem.Load(); p != nil {
@@ -64,60 +68,30 @@ func (l *link) Close() error {
 }
 
 // reconnect runs session until ctx ends, waiting a backoff between
-// sessions (reset by one that connected). A session reports whether it
-// connected and why it ended; reconnect is false only for the first.
-// lost and failing are the log lines for a session that had connected
-// and for one that could not; only the first line of an outage is a
-// warning.
-func (l *link) reconnect(ctx context.Context, p backoff.Policy, lost, failing string,
+// sessions; lines are what the source logs when it starts consuming,
+// when a session that had consumed ends and when one could not start.
+func (l *link) reconnect(ctx context.Context, p backoff.Policy, lines supervise.Lines,
 	session func(ctx context.Context, reconnect bool) (bool, error)) error {
-	retry := backoff.New(p)
-	first := true
-	for {
-		connected, err := session(ctx, !first)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			l.lastErr.Store(&err)
-		}
-		if connected {
-			first = false
-			retry.Reset()
-		}
-		delay := retry.Next()
-		msg := failing
-		if connected {
-			msg = lost
-		}
-		level := slog.LevelDebug
-		if connected || l.down.IsZero() {
-			level = slog.LevelWarn
-			l.down = time.Now()
-		}
-		l.log.Log(ctx, level, msg, "err", errText(err), "retry_in", delay.String())
-		if !backoff.Wait(ctx, nil, delay) {
-			return nil
-		}
-	}
+	d := supervise.New(supervise.Options{Log: l.log, Lines: lines})
+	l.dep.Store(d)
+	supervise.Loop{Dep: d, Policy: p}.Run(ctx, session)
+	return nil
 }
 
 // started marks a session consuming: Ready answers nil, a reconnect is
-// counted, and line is logged with attrs and, after an outage, how long
-// it lasted.
-func (l *link) started(reconnect bool, m *metrics.SourceMetrics, line string, attrs ...any) *session {
-	l.connected.Store(true)
+// counted, and the start line is logged with attrs and, after an
+// outage, how long it lasted.
+func (l *link) started(reconnect bool, m *metrics.SourceMetrics, attrs ...any) *session {
 	if reconnect && m != nil {
 		m.Reconnects.Inc()
 	}
-	attrs = append(attrs, "reconnect", reconnect)
-	if !l.down.IsZero() {
-		attrs = append(attrs, "down_for", time.Since(l.down).Round(time.Millisecond).String())
-		l.down = time.Time{}
-	}
-	l.log.Info(line, attrs...)
+	l.dep.Load().SetUp(append(attrs, "reconnect", reconnect)...)
 	return &session{lost: make(chan struct{}), failed: make(chan struct{})}
 }
+
+// stopped marks a session no longer consuming, at once: the loop logs
+// why once the session has wound down.
+func (l *link) stopped(err error) { l.dep.Load().Lose(err) }
 
 // wrongType is ErrWrongType for key, which should hold a kind ("list",
 // "stream"), when err is Redis's WRONGTYPE answer; nil otherwise.

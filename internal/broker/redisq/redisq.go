@@ -28,6 +28,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // Kind is Message.Kind of this source's deliveries.
@@ -186,7 +187,7 @@ func (s *Source) Replica() string { return s.o.Replica }
 // Run implements broker.Source.
 func (s *Source) Run(ctx context.Context, h broker.Handler) error {
 	return s.reconnect(ctx, backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax},
-		"redis connection lost, reconnecting", "redis: cannot consume, retrying",
+		supervise.Lines{Up: "redis consuming", Lost: "redis connection lost, reconnecting", Failing: "redis: cannot consume, retrying"},
 		func(ctx context.Context, reconnect bool) (bool, error) { return s.session(ctx, h, reconnect) })
 }
 
@@ -213,7 +214,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 			return false, fmt.Errorf("take %s: %w", s.k.babelqueue, err)
 		}
 	}
-	ss := s.started(reconnect, s.o.Metrics, "redis consuming", "workers", s.o.Workers, "heartbeat_ttl", s.o.HeartbeatTTL.String())
+	ss := s.started(reconnect, s.o.Metrics, "workers", s.o.Workers, "heartbeat_ttl", s.o.HeartbeatTTL.String())
 
 	// The heartbeat outlives the workers: a handler still finishing on
 	// stop holds its element, and an expired heartbeat would let another
@@ -236,7 +237,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 		if !ss.out.Wait(broker.SettleGrace) {
 			s.log.Warn("redis: stopping with deliveries not settled; they go back with the processing list", "waited", broker.SettleGrace.String())
 		}
-		s.connected.Store(false)
+		s.stopped(nil)
 		// Every handler returned: what is still reserved was fetched and
 		// never handed out, or not settled. Back to the head of the queue
 		// now rather than after the heartbeat expired.
@@ -249,8 +250,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	case <-ss.failed:
 	}
 	err = ss.cause()
-	s.lastErr.Store(&err)
-	s.connected.Store(false)
+	s.stopped(err)
 	close(ss.lost)
 	close(stop)
 	workers.Wait()
@@ -612,11 +612,4 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // FieldMessageID is the entry field BabelQueue's projections call
@@ -94,8 +95,8 @@ func (s *StreamSource) Consumer() string { return s.o.Replica }
 
 // Run implements broker.Source.
 func (s *StreamSource) Run(ctx context.Context, h broker.Handler) error {
-	msg := "redis stream: not consuming, retrying"
-	return s.reconnect(ctx, backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax}, msg, msg,
+	return s.reconnect(ctx, backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax},
+		supervise.Lines{Up: "redis stream consuming", Lost: "redis stream: not consuming, retrying"},
 		func(ctx context.Context, reconnect bool) (bool, error) { return s.run(ctx, h, reconnect) })
 }
 
@@ -119,7 +120,7 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 		}
 		return false, fmt.Errorf("create group %q: %w", s.o.Group, err)
 	}
-	ss := s.started(reconnect, s.o.Metrics, "redis stream consuming", "workers", s.o.Workers, "claim_idle", s.o.ClaimIdle.String())
+	ss := s.started(reconnect, s.o.Metrics, "workers", s.o.Workers, "claim_idle", s.o.ClaimIdle.String())
 
 	// Renewing outlives fetching and the workers: an entry a handler is
 	// still finishing on stop must not go idle and be taken over.
@@ -145,10 +146,9 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 		err = nil
 	case <-ss.failed:
 		err = ss.cause()
-		s.lastErr.Store(&err)
 		close(ss.lost)
 	}
-	s.connected.Store(false)
+	s.stopped(err)
 	close(stop)
 	workers.Wait()
 	// Deliveries a handler handed on (a busy key waiting in the pipeline)
