@@ -13,6 +13,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
@@ -68,6 +69,23 @@ type App struct {
 	// DaprStatus honours Dapr's {"status": "RETRY" | "DROP"} in a 2xx
 	// answer; false makes every 2xx a success whatever its body.
 	DaprStatus bool `mapstructure:"dapr_status"`
+}
+
+// Forward is the app block as the forwarder takes it: the one mapping,
+// for the proxy's forwards and every probe of the app's health (which
+// narrow it to their own timeout and one connection).
+func (a App) Forward() forward.Config {
+	return forward.Config{
+		URL:              a.URL,
+		Socket:           a.Socket,
+		Timeout:          a.Timeout,
+		MaxRequestTime:   a.MaxRequestTime,
+		IgnoreAppStatus:  !a.DaprStatus,
+		MaxConns:         a.MaxConns,
+		MaxResponseBytes: int64(a.MaxResponseBytes),
+		RetryStatuses:    a.RetryStatuses,
+		HeaderAllowlist:  a.HeaderAllowlist,
+	}
 }
 
 // SeenSet is the shared store of processed keys.

@@ -114,18 +114,9 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		undo = append(undo, func() { _ = st.Close() })
 	}
 	d.durable = newDurabilityCheck(d.store, d.log, d.metrics)
-	fwd, err := forward.New(forward.Config{
-		URL:              cfg.App.URL,
-		Socket:           cfg.App.Socket,
-		Timeout:          cfg.App.Timeout,
-		MaxRequestTime:   cfg.App.MaxRequestTime,
-		IgnoreAppStatus:  !cfg.App.DaprStatus,
-		MaxConns:         cfg.App.MaxConns,
-		MaxResponseBytes: int64(cfg.App.MaxResponseBytes),
-		RetryStatuses:    cfg.App.RetryStatuses,
-		HeaderAllowlist:  cfg.App.HeaderAllowlist,
-		UserAgent:        "dedupe-proxy/" + Version,
-	})
+	fc := cfg.App.Forward()
+	fc.UserAgent = "dedupe-proxy/" + Version
+	fwd, err := forward.New(fc)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}

@@ -13,7 +13,9 @@ func (c *checker) appHealth(a config.App) {
 	if a.HealthURL[0] != '/' {
 		check = "app health " + probe.RedactURL(a.HealthURL)
 	}
-	fwd, err := forward.New(forward.Config{URL: a.URL, Socket: a.Socket, Timeout: min(a.Timeout, c.Timeout), MaxConns: 1})
+	fc := a.Forward()
+	fc.Timeout, fc.MaxConns = min(a.Timeout, c.Timeout), 1
+	fwd, err := forward.New(fc)
 	if err != nil {
 		c.Add(Fail, check, "%v", err)
 		return

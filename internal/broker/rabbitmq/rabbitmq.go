@@ -416,13 +416,12 @@ func (d *delivery) deadLetterMessage(info broker.DeadLetterInfo) amqp.Publishing
 	for k, v := range d.d.Headers {
 		h[k] = v
 	}
-	h[broker.HeaderReason] = info.Reason
-	h[broker.HeaderLastStatus] = int32(info.LastStatus)
-	h[broker.HeaderLastError] = info.LastError
-	h[broker.HeaderAttempts] = int32(info.Attempts)
-	h[broker.HeaderSource] = d.src.o.Name
-	h[broker.HeaderOriginalQueue] = d.src.o.Queue
-	h[broker.HeaderDeadLetteredAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	info.Headers(d.src.o.Name, []string{broker.HeaderOriginalQueue, d.src.o.Queue}, func(k string, v any) {
+		if n, ok := v.(int); ok {
+			v = int32(n)
+		}
+		h[k] = v
+	})
 	return amqp.Publishing{
 		Headers:         h,
 		ContentType:     d.d.ContentType,

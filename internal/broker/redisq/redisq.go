@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -580,15 +579,9 @@ func (d *delivery) run(ctx context.Context, what string, sc *redis.Script, keys 
 // element's digest: the same names as other sources' dead-letter
 // headers, since a list element has no room for headers.
 func (s *Source) reasons(info broker.DeadLetterInfo) map[string]string {
-	return map[string]string{
-		broker.HeaderReason:         info.Reason,
-		broker.HeaderLastStatus:     strconv.Itoa(info.LastStatus),
-		broker.HeaderLastError:      info.LastError,
-		broker.HeaderAttempts:       strconv.Itoa(info.Attempts),
-		broker.HeaderSource:         s.o.Name,
-		broker.HeaderOriginalQueue:  s.o.Queue,
-		broker.HeaderDeadLetteredAt: time.Now().UTC().Format(time.RFC3339Nano),
-	}
+	m := map[string]string{}
+	info.Headers(s.o.Name, []string{broker.HeaderOriginalQueue, s.o.Queue}, func(k string, v any) { m[k] = fmt.Sprint(v) })
+	return m
 }
 
 // DeadLetterReason reads the reason record of a dead-lettered element
