@@ -247,26 +247,29 @@ func New(o Options) (*Source, error) {
 	if o.Metrics == nil {
 		o.Metrics = metrics.New(nil).ForSource(o.Name)
 	}
+	// A setting left zero takes its default from DefaultOptions, the
+	// config file's own: one set of defaults.
+	def := DefaultOptions()
 	if o.StartOffset == "" {
-		o.StartOffset = StartEarliest
+		o.StartOffset = def.StartOffset
 	}
 	if o.Ordering == "" {
-		o.Ordering = OrderingPartition
+		o.Ordering = def.Ordering
 	}
 	if o.IsolationLevel == "" {
-		o.IsolationLevel = IsolationReadCommitted
+		o.IsolationLevel = def.IsolationLevel
 	}
 	if len(o.Balancers) == 0 {
-		o.Balancers = DefaultBalancers
+		o.Balancers = def.Balancers
 	}
-	defaultInt(&o.MaxInFlight, 64)
-	defaultInt(&o.ReadAhead, 1024)
-	defaultInt(&o.BatchSize, 32)
-	defaultInt(&o.CommitEvery, 500)
-	defaultDuration(&o.CommitInterval, time.Second)
-	defaultDuration(&o.SessionTimeout, 10*time.Second)
-	defaultDuration(&o.HeartbeatInterval, time.Second)
-	defaultDuration(&o.RebalanceTimeout, 30*time.Second)
+	defaultInt(&o.MaxInFlight, def.MaxInFlight)
+	defaultInt(&o.ReadAhead, def.ReadAhead)
+	defaultInt(&o.BatchSize, def.BatchSize)
+	defaultInt(&o.CommitEvery, def.CommitEvery)
+	defaultDuration(&o.CommitInterval, def.CommitInterval)
+	defaultDuration(&o.SessionTimeout, def.SessionTimeout)
+	defaultDuration(&o.HeartbeatInterval, def.HeartbeatInterval)
+	defaultDuration(&o.RebalanceTimeout, def.RebalanceTimeout)
 	defaultDuration(&o.NetworkTimeout, 5*time.Second)
 	defaultDuration(&o.RetryBackoff, 500*time.Millisecond)
 	defaultDuration(&o.RetryBackoffMax, 5*time.Second)
