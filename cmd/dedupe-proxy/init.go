@@ -17,7 +17,7 @@ import (
 
 // initSecretVar is the variable a webhook source written by init reads
 // its signing secret from.
-const initSecretVar = "WEBHOOK_SECRET"
+const initSecretVar = config.InitSecretVar
 
 // initCommand is `init`: a minimal valid config for one source, as
 // `rpk connect create` writes a pipeline. Printed to stdout unless
@@ -138,39 +138,7 @@ sources:
     # Where each message's dedupe key comes from (config.example.yaml lists the rules).
     key: ["json:meta.id"]
 `, kind, yamlString(consumer), yamlString(appURL), yamlString(name), kind)
-	switch kind {
-	case "rabbitmq":
-		fmt.Fprintf(&b, `    rabbitmq:
-      url: amqp://guest:guest@127.0.0.1:5672/
-      # The queue must exist (the proxy does not declare it).
-      queue: %s
-`, yamlString(name))
-	case "kafka":
-		fmt.Fprintf(&b, `    kafka:
-      brokers: ["127.0.0.1:9092"]
-      topics: [%s]
-      # Every replica of this consumer uses the same group.
-      group: %s
-`, yamlString(name), yamlString(consumer))
-	case "redis":
-		fmt.Fprintf(&b, `    redis:
-      addrs: ["127.0.0.1:6379"]
-      # list: producers RPUSH to queue (BabelQueue); stream: they XADD to stream.
-      mode: list
-      queue: %s
-`, yamlString(name))
-	case "webhook":
-		fmt.Fprintf(&b, `    webhook:
-      # Senders POST here; each request is verified, its event id claimed,
-      # then forwarded to app.url + path.
-      listen: 127.0.0.1:8088
-      path: /webhook
-      profile: standard-webhooks
-      # The signing secret is read from this variable: set it.
-      secrets: ["env:%s"]
-      mode: forward
-`, initSecretVar)
-	}
+	b.WriteString(strings.NewReplacer("{name}", yamlString(name), "{consumer}", yamlString(consumer)).Replace(config.KindOf(kind).Init))
 	return b.String()
 }
 

@@ -176,7 +176,9 @@ func signalGroup(pid int, sig syscall.Signal) error {
 // app.health_url answers 2xx. It returns the signal that interrupted it,
 // or an error when the app exited or did not answer within timeout.
 func waitHealthy(cfg config.App, app *appProcess, timeout time.Duration, sigs <-chan os.Signal) (os.Signal, error) {
-	fwd, err := forward.New(forward.Config{URL: cfg.URL, Socket: cfg.Socket, Timeout: cfg.Timeout, MaxConns: 1})
+	fc := cfg.Forward()
+	fc.MaxConns = 1
+	fwd, err := forward.New(fc)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}

@@ -186,3 +186,33 @@ const (
 	HeaderOriginalOffset = "x-dedupe-original-offset"
 	HeaderDeadLetteredAt = "x-dedupe-dead-lettered-at"
 )
+
+// Headers writes the dead-letter headers of a message of source, in
+// order, through set: why it failed, where it came from (origin, header
+// names and values in pairs, as each broker knows it), and when. The
+// last status and the attempts are ints, the rest strings, so a broker
+// with typed headers (AMQP) keeps the numbers numbers. Every source
+// writes its dead letters' headers here, so they cannot diverge.
+func (info DeadLetterInfo) Headers(source string, origin []string, set func(name string, value any)) {
+	set(HeaderReason, info.Reason)
+	set(HeaderLastStatus, info.LastStatus)
+	set(HeaderLastError, info.LastError)
+	set(HeaderAttempts, info.Attempts)
+	set(HeaderSource, source)
+	for i := 0; i+1 < len(origin); i += 2 {
+		set(origin[i], origin[i+1])
+	}
+	set(HeaderDeadLetteredAt, time.Now().UTC().Format(time.RFC3339Nano))
+}
+
+// IsDeadLetterHeader reports whether name (lower-case) is a header
+// Headers writes: a dead letter dead-lettered again has them replaced,
+// not repeated.
+func IsDeadLetterHeader(name string) bool {
+	switch name {
+	case HeaderReason, HeaderLastStatus, HeaderLastError, HeaderAttempts, HeaderSource,
+		HeaderOriginalQueue, HeaderOriginalTopic, HeaderOriginalPart, HeaderOriginalOffset, HeaderDeadLetteredAt:
+		return true
+	}
+	return false
+}

@@ -10,6 +10,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
 
@@ -66,6 +71,23 @@ type App struct {
 	DaprStatus bool `mapstructure:"dapr_status"`
 }
 
+// Forward is the app block as the forwarder takes it: the one mapping,
+// for the proxy's forwards and every probe of the app's health (which
+// narrow it to their own timeout and one connection).
+func (a App) Forward() forward.Config {
+	return forward.Config{
+		URL:              a.URL,
+		Socket:           a.Socket,
+		Timeout:          a.Timeout,
+		MaxRequestTime:   a.MaxRequestTime,
+		IgnoreAppStatus:  !a.DaprStatus,
+		MaxConns:         a.MaxConns,
+		MaxResponseBytes: int64(a.MaxResponseBytes),
+		RetryStatuses:    a.RetryStatuses,
+		HeaderAllowlist:  a.HeaderAllowlist,
+	}
+}
+
 // SeenSet is the shared store of processed keys.
 type SeenSet struct {
 	Backend      string        `mapstructure:"backend"`
@@ -75,34 +97,10 @@ type SeenSet struct {
 	Redis        Redis         `mapstructure:"redis"`
 }
 
-// Redis addresses one server, a Sentinel set (MasterName) or a Cluster
-// (several Addrs), as go-redis' UniversalClient decides.
-type Redis struct {
-	Addrs        []string      `mapstructure:"addrs"`
-	MasterName   string        `mapstructure:"master_name"`
-	Username     string        `mapstructure:"username"`
-	Password     string        `mapstructure:"password"`
-	DB           int           `mapstructure:"db"`
-	TLS          bool          `mapstructure:"tls"`
-	Prefix       string        `mapstructure:"prefix"`
-	DialTimeout  time.Duration `mapstructure:"dial_timeout"`
-	ReadTimeout  time.Duration `mapstructure:"read_timeout"`
-	WriteTimeout time.Duration `mapstructure:"write_timeout"`
-	PoolSize     int           `mapstructure:"pool_size"`
-	// WaitReplicas > 0: every claim and commit waits until that many
-	// replicas of its master acknowledged it (Redis WAIT), so a failover
-	// cannot lose it; fewer within WaitTimeout is a store error.
-	WaitReplicas int           `mapstructure:"wait_replicas"`
-	WaitTimeout  time.Duration `mapstructure:"wait_timeout"`
-	// HashKeysOver > 0 stores keys longer than that many bytes as their
-	// SHA-256; every replica of a consumer must agree on it.
-	HashKeysOver int `mapstructure:"hash_keys_over"`
-	// SentinelUsername and SentinelPassword authenticate to the sentinels
-	// themselves (their requirepass or ACL user), which are separate from
-	// the data servers' Username and Password: with master_name only.
-	SentinelUsername string `mapstructure:"sentinel_username"`
-	SentinelPassword string `mapstructure:"sentinel_password"`
-}
+// Redis is the seen-set's Redis: one server, a Sentinel set
+// (MasterName) or a Cluster (several Addrs), as go-redis'
+// UniversalClient decides. The store's own options are the block.
+type Redis = seenset.RedisOptions
 
 // Delivery is the retry policy shared by all sources.
 type Delivery struct {
@@ -145,125 +143,24 @@ type Source struct {
 	// ContentType is the Content-Type the app gets for every message of
 	// the source, whatever the message says; empty: the message's own,
 	// else application/json for a JSON body, else application/octet-stream.
-	ContentType string      `mapstructure:"content_type"`
-	RabbitMQ    RabbitMQ    `mapstructure:"rabbitmq"`
-	Kafka       Kafka       `mapstructure:"kafka"`
-	Redis       RedisSource `mapstructure:"redis"`
-	Webhook     Webhook     `mapstructure:"webhook"`
+	ContentType string `mapstructure:"content_type"`
+	// One block per kind (Kinds), named as the kind; only the block of
+	// the source's type is read. Each is its kind's own options type.
+	RabbitMQ RabbitMQ    `mapstructure:"rabbitmq"`
+	Kafka    Kafka       `mapstructure:"kafka"`
+	Redis    RedisSource `mapstructure:"redis"`
+	Webhook  Webhook     `mapstructure:"webhook"`
 }
 
-// RedisSource consumes a Redis list (mode list, BabelQueue's reliable
-// queue) or a stream through a consumer group (mode stream).
-type RedisSource struct {
-	// Addrs are one server's host:port or several Cluster nodes'; URL
-	// (redis:// or rediss://) is the alternative for one server.
-	Addrs    []string `mapstructure:"addrs"`
-	URL      string   `mapstructure:"url"`
-	Username string   `mapstructure:"username"`
-	Password string   `mapstructure:"password"`
-	DB       int      `mapstructure:"db"`
-	TLS      bool     `mapstructure:"tls"`
-	Mode     string   `mapstructure:"mode"`
-	// Queue is the list producers RPUSH to (mode list); Stream the
-	// stream they XADD to (mode stream).
-	Queue   string `mapstructure:"queue"`
-	Stream  string `mapstructure:"stream"`
-	Workers int    `mapstructure:"workers"`
-	// HeartbeatTTL (mode list): a replica whose heartbeat is older has
-	// its processing list given back to the queue by a live one.
-	HeartbeatTTL time.Duration `mapstructure:"heartbeat_ttl"`
-	// TakeBabelQueueProcessing (mode list) gives BabelQueue's shared
-	// "<queue>:processing" list back to the queue at connect: only once
-	// BabelQueue's own workers of that queue are stopped.
-	TakeBabelQueueProcessing bool `mapstructure:"take_babelqueue_processing"`
-	// ClaimIdle (mode stream): an entry pending that long with a consumer
-	// that stopped renewing it is taken over with XAUTOCLAIM.
-	ClaimIdle time.Duration `mapstructure:"claim_idle"`
-	// MaxDeliveries (mode stream): an entry whose delivery count exceeds
-	// it is dead-lettered instead of handed out again; without
-	// dead_letter it keeps being delivered, never dropped.
-	MaxDeliveries int `mapstructure:"max_deliveries"`
-	// BodyField (mode stream) is the entry field forwarded as the body;
-	// the other fields become headers (bq-message-id among them).
-	BodyField string `mapstructure:"body_field"`
-	// DeadLetter is a list (mode list; it must carry the queue's hash
-	// tag, e.g. "{orders}:dead") or a stream (mode stream); "" for none.
-	DeadLetter       string        `mapstructure:"dead_letter"`
-	ReconnectInitial time.Duration `mapstructure:"reconnect_initial"`
-	ReconnectMax     time.Duration `mapstructure:"reconnect_max"`
-}
-
-// RabbitMQ is an AMQP 0-9-1 queue consumer.
-type RabbitMQ struct {
-	URL              string           `mapstructure:"url"`
-	Queue            string           `mapstructure:"queue"`
-	Prefetch         int              `mapstructure:"prefetch"`
-	Workers          int              `mapstructure:"workers"`
-	ConsumerTag      string           `mapstructure:"consumer_tag"`
-	ReconnectInitial time.Duration    `mapstructure:"reconnect_initial"`
-	ReconnectMax     time.Duration    `mapstructure:"reconnect_max"`
-	DeadLetter       RabbitDeadLetter `mapstructure:"dead_letter"`
-}
-
-// RabbitDeadLetter: "none" requeues failed messages, "dlx" rejects them to
-// the queue's own dead-letter exchange, "publish" publishes them with
-// reason headers to Exchange (publisher confirms) before acking.
-type RabbitDeadLetter struct {
-	Mode       string `mapstructure:"mode"`
-	Exchange   string `mapstructure:"exchange"`
-	RoutingKey string `mapstructure:"routing_key"`
-	// Queue is the queue the dead letters end up in, which `redrive`
-	// reads: AMQP cannot tell which queue a dead-letter exchange routes
-	// to. Empty in mode publish through the default exchange means the
-	// queue routing_key names.
-	Queue string `mapstructure:"queue"`
-}
-
-// Kafka is a consumer-group member.
-type Kafka struct {
-	Brokers []string `mapstructure:"brokers"`
-	Topics  []string `mapstructure:"topics"`
-	Group   string   `mapstructure:"group"`
-	// GroupInstanceID makes the member static (KIP-345): restarted with
-	// the same id within session_timeout, it gets its partitions back
-	// without a rebalance. Empty takes the POD_NAME environment variable
-	// (the Helm chart and inject set it from the pod's name), and is a
-	// dynamic member outside Kubernetes.
-	GroupInstanceID string `mapstructure:"group_instance_id"`
-	// Balancers are the group protocols the member speaks, preferred
-	// first.
-	Balancers         []string      `mapstructure:"balancers"`
-	StartOffset       string        `mapstructure:"start_offset"`
-	IsolationLevel    string        `mapstructure:"isolation_level"`
-	Ordering          string        `mapstructure:"ordering"`
-	MaxInFlight       int           `mapstructure:"max_in_flight"`
-	ReadAhead         int           `mapstructure:"read_ahead"`
-	BatchSize         int           `mapstructure:"batch_size"`
-	CommitInterval    time.Duration `mapstructure:"commit_interval"`
-	CommitEvery       int           `mapstructure:"commit_every"`
-	SessionTimeout    time.Duration `mapstructure:"session_timeout"`
-	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval"`
-	RebalanceTimeout  time.Duration `mapstructure:"rebalance_timeout"`
-	DeadLetterTopic   string        `mapstructure:"dead_letter_topic"`
-	SASL              KafkaSASL     `mapstructure:"sasl"`
-	TLS               KafkaTLS      `mapstructure:"tls"`
-}
-
-// KafkaSASL: Mechanism "" (off), "plain", "scram-sha-256" or "scram-sha-512".
-type KafkaSASL struct {
-	Mechanism string `mapstructure:"mechanism"`
-	Username  string `mapstructure:"username"`
-	Password  string `mapstructure:"password"`
-}
-
-// KafkaTLS enables TLS to the brokers.
-type KafkaTLS struct {
-	Enabled            bool   `mapstructure:"enabled"`
-	CAFile             string `mapstructure:"ca_file"`
-	CertFile           string `mapstructure:"cert_file"`
-	KeyFile            string `mapstructure:"key_file"`
-	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify"`
-}
+// The source kinds' blocks are their packages' options, as they are.
+type (
+	RabbitMQ         = rabbitmq.Options
+	RabbitDeadLetter = rabbitmq.DeadLetter
+	Kafka            = kafka.Options
+	KafkaSASL        = kafka.SASL
+	KafkaTLS         = kafka.TLS
+	RedisSource      = redisq.Options
+)
 
 // Webhook is an HTTP listener for signed webhooks (type webhook): each
 // request is verified, its event key claimed in the seen-set, then
@@ -312,13 +209,8 @@ type WebhookRabbitMQ struct {
 }
 
 // WebhookKafka produces to Topic, with the same TLS and SASL settings
-// as a Kafka source.
-type WebhookKafka struct {
-	Brokers []string  `mapstructure:"brokers"`
-	Topic   string    `mapstructure:"topic"`
-	SASL    KafkaSASL `mapstructure:"sasl"`
-	TLS     KafkaTLS  `mapstructure:"tls"`
-}
+// as a Kafka source: the producer's own options.
+type WebhookKafka = kafka.ProducerOptions
 
 // WebhookGeneric describes a generic-hmac sender.
 type WebhookGeneric struct {
@@ -383,39 +275,9 @@ func DefaultSource() Source {
 		Key:          []string{"json:meta.id"},
 		OnMissingKey: "forward",
 		KeyReuse:     "warn",
-		RabbitMQ: RabbitMQ{
-			URL:              "amqp://guest:guest@127.0.0.1:5672/",
-			Prefetch:         64,
-			Workers:          16,
-			ReconnectInitial: 500 * time.Millisecond,
-			ReconnectMax:     30 * time.Second,
-			DeadLetter:       RabbitDeadLetter{Mode: "none"},
-		},
-		Kafka: Kafka{
-			Balancers:         []string{"cooperative-sticky", "range"},
-			StartOffset:       "earliest",
-			IsolationLevel:    "read_committed",
-			Ordering:          "partition",
-			MaxInFlight:       64,
-			ReadAhead:         1024,
-			BatchSize:         32,
-			CommitInterval:    time.Second,
-			CommitEvery:       500,
-			SessionTimeout:    10 * time.Second,
-			HeartbeatInterval: time.Second,
-			RebalanceTimeout:  30 * time.Second,
-		},
-		Redis: RedisSource{
-			Addrs:            []string{"127.0.0.1:6379"},
-			Mode:             "list",
-			Workers:          16,
-			HeartbeatTTL:     15 * time.Second,
-			ClaimIdle:        time.Minute,
-			MaxDeliveries:    5,
-			BodyField:        "body",
-			ReconnectInitial: 500 * time.Millisecond,
-			ReconnectMax:     30 * time.Second,
-		},
+		RabbitMQ:     rabbitmq.DefaultOptions(),
+		Kafka:        kafka.DefaultOptions(),
+		Redis:        redisq.DefaultOptions(),
 		Webhook: Webhook{
 			Listen:    "127.0.0.1:8088",
 			Path:      "/webhook",

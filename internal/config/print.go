@@ -82,14 +82,10 @@ func printStruct(out *yaml.Node, v reflect.Value, path, generic string, o Origin
 	}
 }
 
-// isOtherBlock: a source's rabbitmq, kafka, redis or webhook block that its type
-// does not use.
+// isOtherBlock: the block of a kind (a source's rabbitmq, kafka, redis
+// or webhook) that is not the source's type.
 func isOtherBlock(tag, typ string) bool {
-	switch tag {
-	case "rabbitmq", "kafka", "redis", "webhook":
-		return tag != typ
-	}
-	return false
+	return tag != typ && KindOf(tag) != nil
 }
 
 func printValue(f reflect.Value, generic string) *yaml.Node {

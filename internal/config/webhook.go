@@ -3,12 +3,12 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/problems"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
 
@@ -64,71 +64,52 @@ func isLoopback(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func (s *Source) validateWebhook(at string, p *problems) {
+func (s *Source) validateWebhook(at string, p *problems.List) {
 	w := s.Webhook
 	at += ".webhook"
 	if _, _, err := net.SplitHostPort(w.Listen); err != nil {
-		p.add(at+".listen", "must be host:port, got %q", w.Listen)
+		p.Add(at+".listen", "must be host:port, got %q", w.Listen)
 	}
 	if !strings.HasPrefix(w.Path, "/") {
-		p.add(at+".path", "must start with '/', got %q", w.Path)
+		p.Add(at+".path", "must start with '/', got %q", w.Path)
 	}
-	p.oneOf(at+".profile", w.Profile, enums["sources.webhook.profile"]...)
+	p.OneOf(at+".profile", w.Profile, enums["sources.webhook.profile"]...)
 	if w.Profile != webhook.ProfileNone && slices.Contains(webhook.Profiles(), w.Profile) && len(w.Secrets) == 0 {
-		p.add(at+".secrets", "profile %s needs at least one secret (env:<VARIABLE> or file:<path>)", w.Profile)
+		p.Add(at+".secrets", "profile %s needs at least one secret (env:<VARIABLE> or file:<path>)", w.Profile)
 	}
 	for i, ref := range w.Secrets {
 		env, isEnv := strings.CutPrefix(ref, "env:")
 		file, isFile := strings.CutPrefix(ref, "file:")
 		if !(isEnv && env != "" || isFile && file != "") {
-			p.add(fmt.Sprintf("%s.secrets[%d]", at, i), "must be env:<VARIABLE> or file:<path>; a secret is never written in the config file")
+			p.Add(fmt.Sprintf("%s.secrets[%d]", at, i), "must be env:<VARIABLE> or file:<path>; a secret is never written in the config file")
 		}
 	}
 	if w.Profile == webhook.ProfileNone && !isLoopback(w.Listen) && w.AllowUnsignedOn != w.Listen {
-		p.add(at+".profile", "none accepts unsigned requests from anyone who can reach %s; listen on a loopback address, or acknowledge with allow_unsigned_on: %q", w.Listen, w.Listen)
+		p.Add(at+".profile", "none accepts unsigned requests from anyone who can reach %s; listen on a loopback address, or acknowledge with allow_unsigned_on: %q", w.Listen, w.Listen)
 	}
 	if w.Profile == webhook.ProfileGenericHMAC {
 		if w.Generic.Header == "" {
-			p.add(at+".generic.header", "must name the signature header for profile generic-hmac")
+			p.Add(at+".generic.header", "must name the signature header for profile generic-hmac")
 		}
-		p.oneOf(at+".generic.encoding", w.Generic.Encoding, enums["sources.webhook.generic.encoding"]...)
-		p.oneOf(at+".generic.algorithm", w.Generic.Algorithm, enums["sources.webhook.generic.algorithm"]...)
+		p.OneOf(at+".generic.encoding", w.Generic.Encoding, enums["sources.webhook.generic.encoding"]...)
+		p.OneOf(at+".generic.algorithm", w.Generic.Algorithm, enums["sources.webhook.generic.algorithm"]...)
 	}
-	p.positive(at+".tolerance", w.Tolerance)
-	p.oneOf(at+".key_from", w.KeyFrom, enums["sources.webhook.key_from"]...)
-	p.oneOf(at+".mode", w.Mode, enums["sources.webhook.mode"]...)
+	p.Positive(at+".tolerance", w.Tolerance)
+	p.OneOf(at+".key_from", w.KeyFrom, enums["sources.webhook.key_from"]...)
+	p.OneOf(at+".mode", w.Mode, enums["sources.webhook.mode"]...)
 	if w.MaxBodyBytes <= 0 {
-		p.add(at+".max_body_bytes", "must be positive, got %d", w.MaxBodyBytes)
+		p.Add(at+".max_body_bytes", "must be positive, got %d", w.MaxBodyBytes)
 	}
-	p.atLeast(at+".max_concurrent", w.MaxConcurrent, 1)
-	p.atLeast(at+".max_unverified", w.MaxUnverified, 1)
-	p.positive(at+".read_timeout", w.ReadTimeout)
+	p.AtLeast(at+".max_concurrent", w.MaxConcurrent, 1)
+	p.AtLeast(at+".max_unverified", w.MaxUnverified, 1)
+	p.Positive(at+".read_timeout", w.ReadTimeout)
 	if w.Mode != "enqueue" {
 		return
 	}
 	t := w.Target
-	p.oneOf(at+".target.broker", t.Broker, enums["sources.webhook.target.broker"]...)
-	switch t.Broker {
-	case "rabbitmq":
-		if u, err := url.Parse(t.RabbitMQ.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-			p.add(at+".target.rabbitmq.url", "%s", amqpURLProblem(t.RabbitMQ.URL))
-		}
-		if t.RabbitMQ.Exchange == "" && t.RabbitMQ.RoutingKey == "" {
-			p.add(at+".target.rabbitmq", "needs an exchange or a routing_key (the default exchange routes by queue name)")
-		}
-	case "kafka":
-		if len(t.Kafka.Brokers) == 0 {
-			p.add(at+".target.kafka.brokers", "must list at least one host:port")
-		}
-		for i, b := range t.Kafka.Brokers {
-			if _, _, err := net.SplitHostPort(b); err != nil {
-				p.add(fmt.Sprintf("%s.target.kafka.brokers[%d]", at, i), "must be host:port, got %q", redactAddr(b))
-			}
-		}
-		if t.Kafka.Topic == "" {
-			p.add(at+".target.kafka.topic", "must be set")
-		}
-		p.kafkaSecurity(at+".target.kafka", t.Kafka.SASL, t.Kafka.TLS)
+	p.OneOf(at+".target.broker", t.Broker, enums["sources.webhook.target.broker"]...)
+	if kt := targets[t.Broker]; kt != nil {
+		kt.Validate(t, at+".target", p)
 	}
 }
 
@@ -138,7 +119,7 @@ func (s *Source) validateWebhook(at string, p *problems) {
 // would be the consumer's claim: every event the webhook enqueued acked as
 // a duplicate, never at the app. The error goes on the key_space that was
 // set (both are the source's name by default, and names are unique).
-func (c *Config) validateSharedKeySpaces(p *problems) {
+func (c *Config) validateSharedKeySpaces(p *problems.List) {
 	type first struct {
 		i    int
 		kind string
@@ -166,7 +147,7 @@ func (c *Config) validateSharedKeySpaces(p *problems) {
 		if kind == "broker" {
 			hook, brk = f.i, i
 		}
-		p.add(fmt.Sprintf("sources[%d].key_space", at),
+		p.Add(fmt.Sprintf("sources[%d].key_space", at),
 			"key space %q is both webhook source sources[%d]'s and broker source sources[%d]'s; they never share keys "+
 				"(a webhook's are stored under webhook/%s), and if they did, the webhook's done mark would make the broker source "+
 				"ack the events it enqueued as duplicates, never forwarding them; give them different key spaces "+

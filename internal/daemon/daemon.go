@@ -20,9 +20,6 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/admin"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
-	kafkasrc "github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
@@ -118,18 +115,9 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		undo = append(undo, func() { _ = st.Close() })
 	}
 	d.durable = newDurabilityCheck(d.store, d.log, d.metrics)
-	fwd, err := forward.New(forward.Config{
-		URL:              cfg.App.URL,
-		Socket:           cfg.App.Socket,
-		Timeout:          cfg.App.Timeout,
-		MaxRequestTime:   cfg.App.MaxRequestTime,
-		IgnoreAppStatus:  !cfg.App.DaprStatus,
-		MaxConns:         cfg.App.MaxConns,
-		MaxResponseBytes: int64(cfg.App.MaxResponseBytes),
-		RetryStatuses:    cfg.App.RetryStatuses,
-		HeaderAllowlist:  cfg.App.HeaderAllowlist,
-		UserAgent:        "dedupe-proxy/" + Version,
-	})
+	fc := cfg.App.Forward()
+	fc.UserAgent = "dedupe-proxy/" + Version
+	fwd, err := forward.New(fc)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
@@ -229,33 +217,21 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 	return d, nil
 }
 
-// newSource is a plain switch: two or three backends do not need a
-// registry.
+// newSource builds a broker source by its kind's row.
 func (d *Daemon) newSource(sc config.Source, ex *keys.Extractor) (broker.Source, error) {
-	switch sc.Type {
-	case "rabbitmq":
-		o := sc.RabbitMQOptions()
-		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
-		return rabbitmq.New(o), nil
-	case "redis":
-		o := sc.RedisOptions(d.cfg.Consumer)
-		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
-		if sc.Redis.Mode == "stream" {
-			return redisq.NewStream(o)
-		}
-		return redisq.New(o)
-	case "kafka":
-		o := sc.KafkaOptions()
-		o.Logger, o.Metrics = d.log, d.metrics.ForSource(sc.Name)
-		// Key order: a record without a record key waits only for
-		// earlier messages with its dedupe key.
-		o.OrderKey = func(m *broker.Message) string {
+	k := config.KindOf(sc.Type)
+	if k == nil || k.NewSource == nil {
+		return nil, fmt.Errorf("unknown source type %q", sc.Type)
+	}
+	return k.NewSource(sc, config.SourceEnv{
+		Consumer: d.cfg.Consumer,
+		Logger:   d.log,
+		Metrics:  d.metrics.ForSource(sc.Name),
+		Key: func(m *broker.Message) string {
 			k, _ := ex.Key(m)
 			return k
-		}
-		return kafkasrc.New(o)
-	}
-	return nil, fmt.Errorf("unknown source type %q", sc.Type)
+		},
+	})
 }
 
 // NewStore builds the configured seen-set backend.
@@ -264,7 +240,7 @@ func NewStore(cfg *config.Config) (seenset.Store, error) {
 	case "memory":
 		return seenset.NewMemory(), nil
 	case "redis":
-		return seenset.NewRedis(cfg.SeenSet.Redis.StoreOptions())
+		return seenset.NewRedis(cfg.SeenSet.Redis)
 	}
 	return nil, fmt.Errorf("unknown seen-set backend %q", cfg.SeenSet.Backend)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"time"
 
-	kafkasrc "github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
@@ -61,25 +60,13 @@ func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
 	var sink webhook.Sink
 	if w.Mode == "enqueue" {
 		t := w.Target
-		switch t.Broker {
-		case "rabbitmq":
-			sink = webhook.NewRabbitSink(t.RabbitMQ.URL, t.RabbitMQ.Exchange, t.RabbitMQ.RoutingKey, d.log.With("source", sc.Name))
-		case "kafka":
-			k := t.Kafka
-			ks, err := webhook.NewKafkaSink(kafkasrc.ProducerOptions{
-				Brokers: k.Brokers,
-				Topic:   k.Topic,
-				SASL:    kafkasrc.SASL{Mechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password},
-				TLS: kafkasrc.TLS{Enabled: k.TLS.Enabled, CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile,
-					KeyFile: k.TLS.KeyFile, InsecureSkipVerify: k.TLS.InsecureSkipVerify},
-				Logger: d.log.With("source", sc.Name),
-			})
-			if err != nil {
-				return nil, fmt.Errorf("webhook: kafka target: %w", err)
-			}
-			sink = ks
-		default:
+		k := config.KindOf(t.Broker)
+		if k == nil || k.Target == nil {
 			return nil, fmt.Errorf("webhook: unknown target broker %q", t.Broker)
+		}
+		sink, err = k.Target.NewSink(t, d.log.With("source", sc.Name))
+		if err != nil {
+			return nil, fmt.Errorf("webhook: %s target: %w", t.Broker, err)
 		}
 		o.Sink = sink
 	} else {

@@ -3,6 +3,7 @@ package doctor
 import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/probe"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
@@ -11,19 +12,21 @@ import (
 func (c *checker) appHealth(a config.App) {
 	check := "app health " + a.HealthURL
 	if a.HealthURL[0] != '/' {
-		check = "app health " + redactURL(a.HealthURL)
+		check = "app health " + probe.RedactURL(a.HealthURL)
 	}
-	fwd, err := forward.New(forward.Config{URL: a.URL, Socket: a.Socket, Timeout: min(a.Timeout, c.timeout), MaxConns: 1})
+	fc := a.Forward()
+	fc.Timeout, fc.MaxConns = min(a.Timeout, c.Timeout), 1
+	fwd, err := forward.New(fc)
 	if err != nil {
-		c.add(Fail, check, "%v", err)
+		c.Add(Fail, check, "%v", err)
 		return
 	}
 	defer fwd.Close()
-	ctx, cancel := c.context()
+	ctx, cancel := c.Context()
 	defer cancel()
 	if err := supervise.AppCheck(fwd, a.HealthURL)(ctx); err != nil {
-		c.add(Fail, check, "%v (the proxy holds messages until it answers 2xx)", err)
+		c.Add(Fail, check, "%v (the proxy holds messages until it answers 2xx)", err)
 		return
 	}
-	c.add(OK, check, "answers 2xx")
+	c.Add(OK, check, "answers 2xx")
 }

@@ -8,71 +8,26 @@ package doctor
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/probe"
 )
 
-// Level grades a finding.
-type Level int
+// The findings are probe's, which each kind's checks report to.
+type (
+	Level  = probe.Level
+	Result = probe.Result
+	Report = probe.Report
+)
 
 const (
-	OK Level = iota
-	Warn
-	Fail
+	OK   = probe.OK
+	Warn = probe.Warn
+	Fail = probe.Fail
 )
-
-func (l Level) String() string {
-	switch l {
-	case OK:
-		return "ok"
-	case Warn:
-		return "warn"
-	}
-	return "FAIL"
-}
-
-// Result is one check: what was checked and what was found.
-type Result struct {
-	Level   Level
-	Check   string // "redis 127.0.0.1:6379", "rabbitmq queue orders (source orders)"
-	Finding string
-}
-
-// Report is every check, in the order run.
-type Report []Result
-
-// Failed reports whether any check failed; warnings do not count.
-func (r Report) Failed() bool {
-	for _, x := range r {
-		if x.Level == Fail {
-			return true
-		}
-	}
-	return false
-}
-
-// Print writes one line per check: level, the thing checked, the finding.
-func (r Report) Print(w io.Writer) {
-	for _, x := range r {
-		fmt.Fprintf(w, "%-4s  %s: %s\n", x.Level, x.Check, x.Finding)
-	}
-	var fails, warns int
-	for _, x := range r {
-		switch x.Level {
-		case Fail:
-			fails++
-		case Warn:
-			warns++
-		}
-	}
-	fmt.Fprintf(w, "%d checks: %d failed, %s\n", len(r), fails, plural(warns, "warning"))
-}
 
 // Options tune Run.
 type Options struct {
@@ -88,52 +43,22 @@ func Run(ctx context.Context, cfg *config.Config, o Options) Report {
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
 	}
-	c := &checker{ctx: ctx, timeout: o.Timeout}
+	c := &checker{&probe.Checker{Ctx: ctx, Timeout: o.Timeout}}
 	c.seenSet(cfg)
 	for _, s := range cfg.Sources {
-		switch s.Type {
-		case "rabbitmq":
-			c.rabbitSource(s)
-		case "kafka":
-			c.kafkaSource(s)
-		case "redis":
-			c.redisSource(s, cfg.Consumer)
-		case "webhook":
-			c.webhookSource(s)
+		if k := config.KindOf(s.Type); k != nil {
+			k.Check(c.Checker, s, cfg.Consumer)
 		}
 	}
 	c.app(cfg.App)
 	if cfg.Admin.Listen != "" {
-		c.listen("admin listener", cfg.Admin.Listen)
+		c.Listen("admin listener", cfg.Admin.Listen)
 	}
-	return c.out
+	return c.Out
 }
 
-type checker struct {
-	ctx     context.Context
-	timeout time.Duration
-	out     Report
-}
-
-func (c *checker) add(l Level, check, format string, args ...any) {
-	c.out = append(c.out, Result{Level: l, Check: check, Finding: fmt.Sprintf(format, args...)})
-}
-
-func (c *checker) context() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.ctx, c.timeout)
-}
-
-// listen binds addr and lets it go: the proxy will need it free.
-func (c *checker) listen(what, addr string) {
-	check := what + " " + addr
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		c.add(Fail, check, "cannot listen: %v (another process holds it — a proxy already running? run doctor before starting it)", err)
-		return
-	}
-	ln.Close()
-	c.add(OK, check, "address is free")
-}
+// checker runs the checks that are no source kind's.
+type checker struct{ *probe.Checker }
 
 // app asks the app's health URL, or without one, whether its address
 // accepts connections.
@@ -146,21 +71,21 @@ func (c *checker) app(a config.App) {
 	if a.Socket == "" {
 		u, err := url.Parse(a.URL)
 		if err != nil {
-			c.add(Fail, "app", "cannot read app.url: %v", err)
+			c.Add(Fail, "app", "cannot read app.url: %v", err)
 			return
 		}
 		network, addr, shown = "tcp", hostPort(u), u.Scheme+"://"+u.Host
 	}
 	check := "app " + shown
-	ctx, cancel := c.context()
+	ctx, cancel := c.Context()
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	if err != nil {
-		c.add(Fail, check, "not reachable: %v (the proxy holds messages until it is)", err)
+		c.Add(Fail, check, "not reachable: %v (the proxy holds messages until it is)", err)
 		return
 	}
 	conn.Close()
-	c.add(OK, check, "accepts connections (set app.health_url to have it asked whether it is healthy)")
+	c.Add(OK, check, "accepts connections (set app.health_url to have it asked whether it is healthy)")
 }
 
 func hostPort(u *url.URL) string {
@@ -171,22 +96,4 @@ func hostPort(u *url.URL) string {
 		return net.JoinHostPort(u.Hostname(), "443")
 	}
 	return net.JoinHostPort(u.Hostname(), "80")
-}
-
-// redactURL keeps a URL's scheme, host and path: its password and query
-// may be secrets.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User, u.RawQuery = nil, ""
-	return strings.TrimSuffix(u.String(), "/")
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
 }

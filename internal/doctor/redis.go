@@ -17,7 +17,7 @@ import (
 func (c *checker) seenSet(cfg *config.Config) {
 	s := cfg.SeenSet
 	if s.Backend == "memory" {
-		c.add(Warn, "seen-set", "backend memory: each replica remembers only its own keys, and forgets them on restart; use redis with more than one replica")
+		c.Add(Warn, "seen-set", "backend memory: each replica remembers only its own keys, and forgets them on restart; use redis with more than one replica")
 		return
 	}
 	r := s.Redis
@@ -29,24 +29,24 @@ func (c *checker) seenSet(cfg *config.Config) {
 	// the setting to fix (the sentinels refusing the credentials, for one).
 	sr, err := seenset.NewRedis(c.storeOptions(r))
 	if err != nil {
-		c.add(Fail, check, "%v", err)
+		c.Add(Fail, check, "%v", err)
 		return
 	}
 	defer sr.Close()
 	cl := sr.Client()
-	ctx, cancel := c.context()
+	ctx, cancel := c.Context()
 	defer cancel()
 	if err := sr.Ping(ctx); err != nil {
-		c.add(Fail, check, "not reachable: %v", err)
+		c.Add(Fail, check, "not reachable: %v", err)
 		return
 	}
-	c.add(OK, check, "reachable")
+	c.Add(OK, check, "reachable")
 	c.redisVersion(check, cl)
 	c.topology(check, r)
 
 	d, err := sr.Durability(ctx)
 	if err != nil {
-		c.add(Fail, check, "cannot read its durability: %v", err)
+		c.Add(Fail, check, "cannot read its durability: %v", err)
 		return
 	}
 	for _, sv := range d.Servers {
@@ -57,19 +57,19 @@ func (c *checker) seenSet(cfg *config.Config) {
 			if sv.Maxmemory == 0 {
 				limit = "no maxmemory limit"
 			}
-			c.add(OK, at, "maxmemory-policy %s (%s): seen-set keys are never evicted", sv.MaxmemoryPolicy, limit)
+			c.Add(OK, at, "maxmemory-policy %s (%s): seen-set keys are never evicted", sv.MaxmemoryPolicy, limit)
 		case seenset.FactYes:
-			c.add(Warn, at, "maxmemory-policy %s (maxmemory %d bytes): seen-set keys may be evicted under memory pressure, and a message whose done key was evicted is forwarded again; set noeviction", sv.MaxmemoryPolicy, sv.Maxmemory)
+			c.Add(Warn, at, "maxmemory-policy %s (maxmemory %d bytes): seen-set keys may be evicted under memory pressure, and a message whose done key was evicted is forwarded again; set noeviction", sv.MaxmemoryPolicy, sv.Maxmemory)
 		default:
-			c.add(Warn, at, "refused INFO (%v): cannot tell whether it may evict the seen-set's keys", sv.InfoErr)
+			c.Add(Warn, at, "refused INFO (%v): cannot tell whether it may evict the seen-set's keys", sv.InfoErr)
 		}
 		switch sv.Persistent() {
 		case seenset.FactYes:
-			c.add(OK, at, "persistence: %s", persistence(sv))
+			c.Add(OK, at, "persistence: %s", persistence(sv))
 		case seenset.FactNo:
-			c.add(Warn, at, "persistence: neither AOF nor RDB snapshots: a restart empties the seen-set and redelivered messages are forwarded again; set appendonly yes")
+			c.Add(Warn, at, "persistence: neither AOF nor RDB snapshots: a restart empties the seen-set and redelivered messages are forwarded again; set appendonly yes")
 		default:
-			c.add(Warn, at, "persistence unknown: %s", unknownPersistence(sv))
+			c.Add(Warn, at, "persistence unknown: %s", unknownPersistence(sv))
 		}
 	}
 }
@@ -77,8 +77,8 @@ func (c *checker) seenSet(cfg *config.Config) {
 // storeOptions are the seen-set's own options, bounded by doctor's
 // timeout, with a pool of two: doctor asks one thing at a time.
 func (c *checker) storeOptions(r config.Redis) seenset.RedisOptions {
-	o := r.StoreOptions()
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = min(o.DialTimeout, c.timeout), min(o.ReadTimeout, c.timeout), min(o.WriteTimeout, c.timeout)
+	o := r
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = min(o.DialTimeout, c.Timeout), min(o.ReadTimeout, c.Timeout), min(o.WriteTimeout, c.Timeout)
 	o.PoolSize = 2
 	return o
 }
@@ -90,25 +90,25 @@ func (c *checker) storeOptions(r config.Redis) seenset.RedisOptions {
 // address of a Cluster) are doctor warnings.
 func (c *checker) topology(check string, r config.Redis) {
 	o := c.storeOptions(r)
-	ctx, cancel := c.context()
+	ctx, cancel := c.Context()
 	defer cancel()
 	t, err := seenset.DescribeRedis(ctx, o)
 	if err != nil {
-		c.add(Warn, check, "deployment unknown: %v", err)
+		c.Add(Warn, check, "deployment unknown: %v", err)
 		return
 	}
-	c.add(OK, check, "deployment: %s", t)
+	c.Add(OK, check, "deployment: %s", t)
 	for _, w := range t.Warnings {
-		c.add(Warn, check, "%s", w)
+		c.Add(Warn, check, "%s", w)
 	}
 }
 
 func (c *checker) redisVersion(check string, cl redis.UniversalClient) {
-	ctx, cancel := c.context()
+	ctx, cancel := c.Context()
 	defer cancel()
 	txt, err := cl.Info(ctx, "server").Result()
 	if err != nil {
-		c.add(Warn, check, "version unknown: INFO server refused (%v)", err)
+		c.Add(Warn, check, "version unknown: INFO server refused (%v)", err)
 		return
 	}
 	var v string
@@ -120,11 +120,11 @@ func (c *checker) redisVersion(check string, cl redis.UniversalClient) {
 	major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
 	switch {
 	case v == "":
-		c.add(Warn, check, "version unknown: no redis_version in INFO server")
+		c.Add(Warn, check, "version unknown: no redis_version in INFO server")
 	case major < 7:
-		c.add(Warn, check, "version %s: before 7.0 SET … NX GET is refused, and every claim and commit runs as a Lua script (slower)", v)
+		c.Add(Warn, check, "version %s: before 7.0 SET … NX GET is refused, and every claim and commit runs as a Lua script (slower)", v)
 	default:
-		c.add(OK, check, "version %s", v)
+		c.Add(OK, check, "version %s", v)
 	}
 }
 

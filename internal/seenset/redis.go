@@ -3,7 +3,6 @@ package seenset
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -15,33 +14,33 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/redisconn"
 )
 
-// RedisOptions configures NewRedis. One address is a standalone server,
-// several are Cluster seeds, and MasterName selects Sentinel (Addrs are then
-// the sentinels), following redis.NewUniversalClient. Zero durations and
-// PoolSize take go-redis' defaults.
+// RedisOptions configures NewRedis, and are the seenset.redis block of
+// the config file as it is (the mapstructure names are its keys). One
+// address is a standalone server, several are Cluster seeds, and
+// MasterName selects Sentinel (Addrs are then the sentinels), following
+// redis.NewUniversalClient. Zero durations and PoolSize take go-redis'
+// defaults.
 type RedisOptions struct {
-	Addrs []string
+	Addrs []string `mapstructure:"addrs"`
 	// MasterName is the Sentinel master set name; empty for standalone and
 	// Cluster.
-	MasterName string
-	Username   string
-	Password   string
-	// SentinelUsername and SentinelPassword authenticate to the sentinels
-	// (Sentinel only); Username and Password are the data servers'.
-	SentinelUsername string
-	SentinelPassword string
+	MasterName string `mapstructure:"master_name"`
+	Username   string `mapstructure:"username"`
+	Password   string `mapstructure:"password"`
 	// DB is ignored by Cluster, which has only database 0.
-	DB  int
-	TLS *tls.Config
+	DB int `mapstructure:"db"`
+	// TLS turns on TLS with the system's roots, TLS 1.2 at least.
+	TLS bool `mapstructure:"tls"`
 	// Prefix is prepended to every key, so several deployments (or tests)
 	// can share one Redis without seeing each other's keys.
-	Prefix       string
-	DialTimeout  time.Duration
-	ReadTimeout  time.Duration
-	WriteTimeout time.Duration
-	PoolSize     int
+	Prefix       string        `mapstructure:"prefix"`
+	DialTimeout  time.Duration `mapstructure:"dial_timeout"`
+	ReadTimeout  time.Duration `mapstructure:"read_timeout"`
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
+	PoolSize     int           `mapstructure:"pool_size"`
 	// WaitReplicas, when positive, makes every claim and commit (every
 	// write) wait until that many replicas of the key's master have it
 	// (Redis WAIT), so that a failover to one of them cannot lose it.
@@ -49,15 +48,19 @@ type RedisOptions struct {
 	// ErrUnavailable: the message is neither forwarded nor acked on the
 	// strength of a write a failover may lose. WaitTimeout must be
 	// positive then, and below ReadTimeout.
-	WaitReplicas int
-	WaitTimeout  time.Duration
+	WaitReplicas int           `mapstructure:"wait_replicas"`
+	WaitTimeout  time.Duration `mapstructure:"wait_timeout"`
 	// HashKeysOver, when positive, stores a key longer than that many
 	// bytes as "#" and the unpadded base64url SHA-256 of the key (44
 	// bytes) instead of the key itself: a 200-byte key then takes 198
 	// bytes of Redis memory instead of 358 (Redis 7.0, measured). 0 keeps every key as it
 	// is. Changing it moves the long keys: every replica of a consumer
 	// must use the same value (see docs/redis.md before switching).
-	HashKeysOver int
+	HashKeysOver int `mapstructure:"hash_keys_over"`
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (Sentinel only); Username and Password are the data servers'.
+	SentinelUsername string `mapstructure:"sentinel_username"`
+	SentinelPassword string `mapstructure:"sentinel_password"`
 }
 
 // Redis is the Store on Redis (standalone, Sentinel or Cluster).
@@ -108,7 +111,10 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 		// WAIT n 0 blocks for ever.
 		return nil, errors.New("seenset: redis: a replica wait needs a wait timeout of at least 1ms")
 	}
-	c := redis.NewUniversalClient(o.Universal())
+	c, err := redisconn.New(o.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("seenset: redis: %w", err)
+	}
 	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: redisbatch.New(c, batchTimeout(o), o.WaitReplicas, o.WaitTimeout),
 		master: o.MasterName, addrs: o.Addrs, hashOver: o.HashKeysOver}, nil
 }
@@ -117,10 +123,10 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 // version and topology through it).
 func (r *Redis) Client() redis.UniversalClient { return r.c }
 
-// Universal is o as go-redis takes it: what NewRedis connects with, and
-// what a check of the same Redis (dedupe-proxy doctor) starts from.
-func (o RedisOptions) Universal() *redis.UniversalOptions {
-	return &redis.UniversalOptions{
+// Conn is how o reaches Redis: what NewRedis connects with, and what a
+// check of the same Redis (dedupe-proxy doctor) starts from.
+func (o RedisOptions) Conn() redisconn.Conn {
+	return redisconn.Conn{
 		Addrs:            o.Addrs,
 		MasterName:       o.MasterName,
 		Username:         o.Username,
@@ -128,7 +134,7 @@ func (o RedisOptions) Universal() *redis.UniversalOptions {
 		DB:               o.DB,
 		SentinelUsername: o.SentinelUsername,
 		SentinelPassword: o.SentinelPassword,
-		TLSConfig:        o.TLS,
+		TLS:              o.TLS,
 		DialTimeout:      o.DialTimeout,
 		ReadTimeout:      o.ReadTimeout,
 		WriteTimeout:     o.WriteTimeout,

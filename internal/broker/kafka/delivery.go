@@ -144,20 +144,6 @@ func recordHeaders(hs []kgo.RecordHeader) (headers map[string]string, contentTyp
 	return headers, contentType
 }
 
-// ownHeaders are the headers a dead letter gets here, lower-cased.
-var ownHeaders = map[string]bool{
-	broker.HeaderReason:         true,
-	broker.HeaderLastStatus:     true,
-	broker.HeaderLastError:      true,
-	broker.HeaderAttempts:       true,
-	broker.HeaderSource:         true,
-	broker.HeaderOriginalQueue:  true,
-	broker.HeaderOriginalTopic:  true,
-	broker.HeaderOriginalPart:   true,
-	broker.HeaderOriginalOffset: true,
-	broker.HeaderDeadLetteredAt: true,
-}
-
 // deadLetterMessage keeps the original key, value and headers and adds why
 // it failed and where it came from; reason headers of an earlier dead
 // letter (a redriven message) are replaced, not repeated.
@@ -168,19 +154,14 @@ var ownHeaders = map[string]bool{
 func (d *delivery) deadLetterRecord(info broker.DeadLetterInfo) *kgo.Record {
 	hs := make([]kgo.RecordHeader, 0, len(d.r.Headers)+9)
 	for _, h := range d.r.Headers {
-		if !ownHeaders[strings.ToLower(h.Key)] {
+		if !broker.IsDeadLetterHeader(strings.ToLower(h.Key)) {
 			hs = append(hs, h)
 		}
 	}
-	add := func(k, v string) { hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
-	add(broker.HeaderReason, info.Reason)
-	add(broker.HeaderLastStatus, strconv.Itoa(info.LastStatus))
-	add(broker.HeaderLastError, info.LastError)
-	add(broker.HeaderAttempts, strconv.Itoa(info.Attempts))
-	add(broker.HeaderSource, d.p.s.o.Name)
-	add(broker.HeaderOriginalTopic, d.r.Topic)
-	add(broker.HeaderOriginalPart, strconv.Itoa(int(d.r.Partition)))
-	add(broker.HeaderOriginalOffset, strconv.FormatInt(d.r.Offset, 10))
-	add(broker.HeaderDeadLetteredAt, time.Now().UTC().Format(time.RFC3339Nano))
+	origin := []string{broker.HeaderOriginalTopic, d.r.Topic, broker.HeaderOriginalPart, strconv.Itoa(int(d.r.Partition)),
+		broker.HeaderOriginalOffset, strconv.FormatInt(d.r.Offset, 10)}
+	info.Headers(d.p.s.o.Name, origin, func(k string, v any) {
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(fmt.Sprint(v))})
+	})
 	return &kgo.Record{Topic: d.p.s.o.DeadLetterTopic, Key: d.r.Key, Value: d.r.Value, Headers: hs}
 }

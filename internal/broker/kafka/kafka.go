@@ -123,68 +123,68 @@ var DefaultBalancers = []string{BalancerCooperativeSticky, BalancerRange}
 // Options configure a Source. Zero durations and counts take the
 // defaults noted on each field.
 type Options struct {
-	Name    string
-	Brokers []string
-	Topics  []string
-	Group   string
+	Name    string   `mapstructure:"-"`
+	Brokers []string `mapstructure:"brokers"`
+	Topics  []string `mapstructure:"topics"`
+	Group   string   `mapstructure:"group"`
 	// GroupInstanceID makes the member static (KIP-345); "" is a dynamic
 	// member.
-	GroupInstanceID string
+	GroupInstanceID string `mapstructure:"group_instance_id"`
 	// Balancers are the group protocols this member speaks, preferred
 	// first; default DefaultBalancers.
-	Balancers []string
+	Balancers []string `mapstructure:"balancers"`
 	// StartOffset is where a partition without a committed offset starts:
 	// StartEarliest (default) or StartLatest.
-	StartOffset string
+	StartOffset string `mapstructure:"start_offset"`
 	// IsolationLevel is IsolationReadCommitted (default) or
 	// IsolationReadUncommitted.
-	IsolationLevel string
+	IsolationLevel string `mapstructure:"isolation_level"`
 	// Ordering is OrderingPartition (default) or OrderingKey.
-	Ordering string
+	Ordering string `mapstructure:"ordering"`
 	// OrderKey (OrderingKey) is the key a message without a record key
 	// is ordered by: the daemon gives the source's dedupe key. "" (or a
 	// nil OrderKey) leaves the message in no order with any other.
-	OrderKey func(*broker.Message) string
+	OrderKey func(*broker.Message) string `mapstructure:"-"`
 	// MaxInFlight (OrderingKey) bounds the messages of the source at the
 	// handler at once. Default 64.
-	MaxInFlight int
+	MaxInFlight int `mapstructure:"max_in_flight"`
 	// ReadAhead (OrderingKey) bounds how many messages of one partition
 	// are read past its oldest unfinished one: the commit waits behind
 	// that message, so they are what a crash delivers again. Default
 	// 1024.
-	ReadAhead int
+	ReadAhead int `mapstructure:"read_ahead"`
 	// BatchSize (OrderingPartition) is the most messages of one partition
 	// handed to a BatchHandler at once: those already fetched, never
 	// waiting for more. Default 32; 1 hands them over one by one.
-	BatchSize int
+	BatchSize int `mapstructure:"batch_size"`
 	// CommitInterval and CommitEvery batch offset commits. Defaults 1s, 500.
-	CommitInterval time.Duration
-	CommitEvery    int
+	CommitInterval time.Duration `mapstructure:"commit_interval"`
+	CommitEvery    int           `mapstructure:"commit_every"`
 	// Group timing; defaults 10s, 1s, 30s.
-	SessionTimeout    time.Duration
-	HeartbeatInterval time.Duration
-	RebalanceTimeout  time.Duration
+	SessionTimeout    time.Duration `mapstructure:"session_timeout"`
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval"`
+	RebalanceTimeout  time.Duration `mapstructure:"rebalance_timeout"`
 	// DeadLetterTopic receives dead letters; empty: none (partitions hold).
-	DeadLetterTopic string
-	SASL            SASL
-	TLS             TLS
+	DeadLetterTopic string `mapstructure:"dead_letter_topic"`
+	SASL            SASL   `mapstructure:"sasl"`
+	TLS             TLS    `mapstructure:"tls"`
 	// ClientID names the client to the brokers. Default "dedupe-proxy".
-	ClientID string
+	ClientID string `mapstructure:"-"`
 	// NetworkTimeout bounds dials, offset commits and leaving the group.
 	// Default 5s.
-	NetworkTimeout time.Duration
+	NetworkTimeout time.Duration `mapstructure:"-"`
 	// RetryBackoff and RetryBackoffMax pace retries of failed requests
 	// and re-joins. Defaults 500ms and 5s.
-	RetryBackoff    time.Duration
-	RetryBackoffMax time.Duration
+	RetryBackoff    time.Duration `mapstructure:"-"`
+	RetryBackoffMax time.Duration `mapstructure:"-"`
 	// FetchMaxWait is how long a fetch waits for data on idle partitions;
 	// a partition resumed after a pause is fetched again at the latest
 	// after it. Default 250ms.
-	FetchMaxWait time.Duration
+	FetchMaxWait time.Duration `mapstructure:"-"`
 	// DeadLetterTimeout bounds one dead-letter produce. Default 10s.
-	DeadLetterTimeout time.Duration
-	Logger            *slog.Logger
-	Metrics           *metrics.SourceMetrics
+	DeadLetterTimeout time.Duration          `mapstructure:"-"`
+	Logger            *slog.Logger           `mapstructure:"-"`
+	Metrics           *metrics.SourceMetrics `mapstructure:"-"`
 }
 
 type topicPartition struct {
@@ -253,26 +253,29 @@ func New(o Options) (*Source, error) {
 	if o.Metrics == nil {
 		o.Metrics = metrics.New(nil).ForSource(o.Name)
 	}
+	// A setting left zero takes its default from DefaultOptions, the
+	// config file's own: one set of defaults.
+	def := DefaultOptions()
 	if o.StartOffset == "" {
-		o.StartOffset = StartEarliest
+		o.StartOffset = def.StartOffset
 	}
 	if o.Ordering == "" {
-		o.Ordering = OrderingPartition
+		o.Ordering = def.Ordering
 	}
 	if o.IsolationLevel == "" {
-		o.IsolationLevel = IsolationReadCommitted
+		o.IsolationLevel = def.IsolationLevel
 	}
 	if len(o.Balancers) == 0 {
-		o.Balancers = DefaultBalancers
+		o.Balancers = def.Balancers
 	}
-	defaultInt(&o.MaxInFlight, 64)
-	defaultInt(&o.ReadAhead, 1024)
-	defaultInt(&o.BatchSize, 32)
-	defaultInt(&o.CommitEvery, 500)
-	defaultDuration(&o.CommitInterval, time.Second)
-	defaultDuration(&o.SessionTimeout, 10*time.Second)
-	defaultDuration(&o.HeartbeatInterval, time.Second)
-	defaultDuration(&o.RebalanceTimeout, 30*time.Second)
+	defaultInt(&o.MaxInFlight, def.MaxInFlight)
+	defaultInt(&o.ReadAhead, def.ReadAhead)
+	defaultInt(&o.BatchSize, def.BatchSize)
+	defaultInt(&o.CommitEvery, def.CommitEvery)
+	defaultDuration(&o.CommitInterval, def.CommitInterval)
+	defaultDuration(&o.SessionTimeout, def.SessionTimeout)
+	defaultDuration(&o.HeartbeatInterval, def.HeartbeatInterval)
+	defaultDuration(&o.RebalanceTimeout, def.RebalanceTimeout)
 	defaultDuration(&o.NetworkTimeout, 5*time.Second)
 	defaultDuration(&o.RetryBackoff, 500*time.Millisecond)
 	defaultDuration(&o.RetryBackoffMax, 5*time.Second)

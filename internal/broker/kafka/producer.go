@@ -20,17 +20,17 @@ func produceSync(ctx context.Context, cl *kgo.Client, timeout time.Duration, rec
 // ProducerOptions configure a Producer. Zero durations take the defaults
 // noted on each field.
 type ProducerOptions struct {
-	Brokers []string
-	Topic   string
-	SASL    SASL
-	TLS     TLS
+	Brokers []string `mapstructure:"brokers"`
+	Topic   string   `mapstructure:"topic"`
+	SASL    SASL     `mapstructure:"sasl"`
+	TLS     TLS      `mapstructure:"tls"`
 	// ClientID names the client to the brokers. Default "dedupe-proxy".
-	ClientID string
+	ClientID string `mapstructure:"-"`
 	// Timeout bounds one produce. Default 10s.
-	Timeout time.Duration
+	Timeout time.Duration `mapstructure:"-"`
 	// NetworkTimeout bounds a dial. Default 5s.
-	NetworkTimeout time.Duration
-	Logger         *slog.Logger
+	NetworkTimeout time.Duration `mapstructure:"-"`
+	Logger         *slog.Logger  `mapstructure:"-"`
 }
 
 // Producer produces to one topic and returns only once every in-sync

@@ -184,7 +184,7 @@ func (r *Redriver) one(ctx context.Context, cl *kgo.Client, o broker.RedriveOpti
 	n := topics[dest].partitions
 	out := &kgo.Record{Topic: dest, Key: rec.Key, Value: rec.Value}
 	for _, h := range rec.Headers {
-		if !ownHeaders[strings.ToLower(h.Key)] {
+		if !broker.IsDeadLetterHeader(strings.ToLower(h.Key)) {
 			out.Headers = append(out.Headers, h)
 		}
 	}

@@ -15,9 +15,9 @@ import (
 // SASL authenticates to the brokers. Mechanism is "" (off), "plain",
 // "scram-sha-256" or "scram-sha-512".
 type SASL struct {
-	Mechanism string
-	Username  string
-	Password  string
+	Mechanism string `mapstructure:"mechanism"`
+	Username  string `mapstructure:"username"`
+	Password  string `mapstructure:"password"`
 }
 
 func (s SASL) mechanism() (sasl.Mechanism, error) {
@@ -37,11 +37,11 @@ func (s SASL) mechanism() (sasl.Mechanism, error) {
 // TLS encrypts the connections to the brokers. CAFile replaces the system
 // roots; CertFile and KeyFile present a client certificate.
 type TLS struct {
-	Enabled            bool
-	CAFile             string
-	CertFile           string
-	KeyFile            string
-	InsecureSkipVerify bool
+	Enabled            bool   `mapstructure:"enabled"`
+	CAFile             string `mapstructure:"ca_file"`
+	CertFile           string `mapstructure:"cert_file"`
+	KeyFile            string `mapstructure:"key_file"`
+	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify"`
 }
 
 func (t TLS) config() (*tls.Config, error) {

@@ -73,8 +73,8 @@ func (d *destination) NewSource(t *testing.T, o brokertest.SourceOptions) broker
 	}
 	if o.DeadLetter {
 		// Through the default exchange, straight to the dead-letter queue.
-		opts.DeadLetterMode = rabbitmq.DeadLetterPublish
-		opts.DeadLetterRoutingKey = d.dlq
+		opts.DeadLetter.Mode = rabbitmq.DeadLetterPublish
+		opts.DeadLetter.RoutingKey = d.dlq
 	}
 	return rabbitmq.New(opts)
 }

@@ -34,9 +34,9 @@ func TestDeadLetterChannelReopensAfterChannelError(t *testing.T) {
 
 	var logs testutil.LogBuffer
 	o := options(q)
-	o.DeadLetterMode = rabbitmq.DeadLetterPublish
-	o.DeadLetterExchange = exchange
-	o.DeadLetterRoutingKey = dlq
+	o.DeadLetter.Mode = rabbitmq.DeadLetterPublish
+	o.DeadLetter.Exchange = exchange
+	o.DeadLetter.RoutingKey = dlq
 	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	src := start(t, o)
 	ctx := context.Background()

@@ -34,26 +34,34 @@ const (
 
 // Options configure a Source.
 type Options struct {
-	Name             string
-	URL              string
-	Queue            string
-	Prefetch         int
-	Workers          int
-	ConsumerTag      string
-	ReconnectInitial time.Duration
-	ReconnectMax     time.Duration
-	// DeadLetterMode is none, dlx or publish; publish sends to
-	// DeadLetterExchange with DeadLetterRoutingKey.
-	DeadLetterMode       string
-	DeadLetterExchange   string
-	DeadLetterRoutingKey string
-	// DeadLetterQueue is the queue the dead letters end up in, which
-	// Redriver reads; "" with mode publish through the default exchange
-	// means the queue named by the routing key.
-	DeadLetterQueue string
-	Logger          *slog.Logger
+	// Name is the source's name, set by whoever builds the source.
+	Name             string        `mapstructure:"-"`
+	URL              string        `mapstructure:"url"`
+	Queue            string        `mapstructure:"queue"`
+	Prefetch         int           `mapstructure:"prefetch"`
+	Workers          int           `mapstructure:"workers"`
+	ConsumerTag      string        `mapstructure:"consumer_tag"`
+	ReconnectInitial time.Duration `mapstructure:"reconnect_initial"`
+	ReconnectMax     time.Duration `mapstructure:"reconnect_max"`
+	DeadLetter       DeadLetter    `mapstructure:"dead_letter"`
+	Logger           *slog.Logger  `mapstructure:"-"`
 	// Metrics is the source's handle; nil: none.
-	Metrics *metrics.SourceMetrics
+	Metrics *metrics.SourceMetrics `mapstructure:"-"`
+}
+
+// DeadLetter is where failed messages go. Mode none requeues them, dlx
+// rejects them to the queue's own dead-letter exchange, publish publishes
+// them with reason headers to Exchange with RoutingKey (publisher
+// confirms) before acking.
+type DeadLetter struct {
+	Mode       string `mapstructure:"mode"`
+	Exchange   string `mapstructure:"exchange"`
+	RoutingKey string `mapstructure:"routing_key"`
+	// Queue is the queue the dead letters end up in, which Redriver
+	// reads: AMQP cannot tell which queue a dead-letter exchange routes
+	// to. "" with mode publish through the default exchange means the
+	// queue named by the routing key.
+	Queue string `mapstructure:"queue"`
 }
 
 // Source consumes one queue.
@@ -87,8 +95,8 @@ func New(o Options) *Source {
 	if o.ReconnectMax < o.ReconnectInitial {
 		o.ReconnectMax = o.ReconnectInitial
 	}
-	if o.DeadLetterMode == "" {
-		o.DeadLetterMode = DeadLetterNone
+	if o.DeadLetter.Mode == "" {
+		o.DeadLetter.Mode = DeadLetterNone
 	}
 	if o.ConsumerTag == "" {
 		host, _ := os.Hostname()
@@ -186,7 +194,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 		return false, fmt.Errorf("set prefetch: %w", err)
 	}
 	var pub *Publisher
-	if s.o.DeadLetterMode == DeadLetterPublish {
+	if s.o.DeadLetter.Mode == DeadLetterPublish {
 		// Dead letters are requeued while the channel is closed, so the
 		// reopen waits no longer than a reconnect would.
 		pub, err = NewPublisher(conn, PublisherOptions{Name: "dead-letter", Logger: s.log, Reopen: s.reconnect()})
@@ -382,14 +390,14 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
-	switch d.src.o.DeadLetterMode {
+	switch d.src.o.DeadLetter.Mode {
 	case DeadLetterDLX:
 		return d.acks.nack(d.d.DeliveryTag, false)
 	case DeadLetterPublish:
-		if err := d.pub.Publish(ctx, d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, d.deadLetterMessage(info)); err != nil {
+		if err := d.pub.Publish(ctx, d.src.o.DeadLetter.Exchange, d.src.o.DeadLetter.RoutingKey, d.deadLetterMessage(info)); err != nil {
 			// Nothing reached the consumer channel: the caller requeues.
 			d.settled.Store(false)
-			return fmt.Errorf("publish dead letter to exchange %q routing key %q: %w", d.src.o.DeadLetterExchange, d.src.o.DeadLetterRoutingKey, err)
+			return fmt.Errorf("publish dead letter to exchange %q routing key %q: %w", d.src.o.DeadLetter.Exchange, d.src.o.DeadLetter.RoutingKey, err)
 		}
 		return d.acks.ack(d.d.DeliveryTag)
 	}
@@ -402,13 +410,12 @@ func (d *delivery) deadLetterMessage(info broker.DeadLetterInfo) amqp.Publishing
 	for k, v := range d.d.Headers {
 		h[k] = v
 	}
-	h[broker.HeaderReason] = info.Reason
-	h[broker.HeaderLastStatus] = int32(info.LastStatus)
-	h[broker.HeaderLastError] = info.LastError
-	h[broker.HeaderAttempts] = int32(info.Attempts)
-	h[broker.HeaderSource] = d.src.o.Name
-	h[broker.HeaderOriginalQueue] = d.src.o.Queue
-	h[broker.HeaderDeadLetteredAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	info.Headers(d.src.o.Name, []string{broker.HeaderOriginalQueue, d.src.o.Queue}, func(k string, v any) {
+		if n, ok := v.(int); ok {
+			v = int32(n)
+		}
+		h[k] = v
+	})
 	return amqp.Publishing{
 		Headers:         h,
 		ContentType:     d.d.ContentType,

@@ -42,12 +42,12 @@ var ErrNoDeadLetterQueue = errors.New("the queue that holds the dead letters is 
 // exchange, the queue its routing key names.
 func DeadLetterQueueOf(o Options) (string, error) {
 	switch {
-	case o.DeadLetterMode != DeadLetterDLX && o.DeadLetterMode != DeadLetterPublish:
+	case o.DeadLetter.Mode != DeadLetterDLX && o.DeadLetter.Mode != DeadLetterPublish:
 		return "", broker.ErrNoDeadLetter
-	case o.DeadLetterQueue != "":
-		return o.DeadLetterQueue, nil
-	case o.DeadLetterMode == DeadLetterPublish && o.DeadLetterExchange == "":
-		return o.DeadLetterRoutingKey, nil
+	case o.DeadLetter.Queue != "":
+		return o.DeadLetter.Queue, nil
+	case o.DeadLetter.Mode == DeadLetterPublish && o.DeadLetter.Exchange == "":
+		return o.DeadLetter.RoutingKey, nil
 	}
 	return "", ErrNoDeadLetterQueue
 }

@@ -11,14 +11,12 @@ package redisq
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +26,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/redisconn"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
@@ -37,53 +36,67 @@ const Kind = "redis"
 // Options configure a Source (mode list, New) or a StreamSource (mode
 // stream, NewStream).
 type Options struct {
-	Name string
+	// Name is the source's name, set by whoever builds the source.
+	Name string `mapstructure:"-"`
 	// Addrs are host:port of one server or of Cluster nodes (several
 	// addresses make a Cluster client, as go-redis' UniversalClient
 	// decides); URL, a redis:// or rediss:// URL, is the alternative.
-	Addrs    []string
-	URL      string
-	Username string
-	Password string
-	DB       int
-	TLS      *tls.Config
+	Addrs    []string `mapstructure:"addrs"`
+	URL      string   `mapstructure:"url"`
+	Username string   `mapstructure:"username"`
+	Password string   `mapstructure:"password"`
+	DB       int      `mapstructure:"db"`
+	// TLS turns on TLS with the system's roots, TLS 1.2 at least.
+	TLS bool `mapstructure:"tls"`
+	// Mode is ModeList (New: a list, BabelQueue's reliable queue) or
+	// ModeStream (NewStream: a stream through a consumer group).
+	Mode string `mapstructure:"mode"`
 	// Queue is the list producers RPUSH to (mode list).
-	Queue string
-	// Stream is the stream producers XADD to (mode stream, NewStream);
-	// Group the consumer group, BodyField the entry field that is the
-	// body. An entry pending ClaimIdle with a consumer that stopped
-	// renewing it is taken over (XAUTOCLAIM); one whose delivery count
-	// exceeds MaxDeliveries is dead-lettered to the stream DeadLetter.
-	Stream        string
-	Group         string
-	BodyField     string
-	ClaimIdle     time.Duration
-	MaxDeliveries int
-	// DeadLetter is the dead-letter list (a stream in mode stream), ""
-	// for none. A list must carry the queue's hash tag (see HashTag) so
-	// one script can move an element there on Cluster; its reasons hash
-	// is DeadLetter+":reasons".
-	DeadLetter string
-	Workers    int
+	Queue string `mapstructure:"queue"`
+	// Stream is the stream producers XADD to (mode stream, NewStream).
+	Stream  string `mapstructure:"stream"`
+	Workers int    `mapstructure:"workers"`
 	// HeartbeatTTL is how long this replica's heartbeat lives; it is
 	// renewed every third of it, and every renewal also looks for dead
 	// replicas' processing lists. A dead replica's messages are back in
 	// the queue within HeartbeatTTL plus one third of it.
-	HeartbeatTTL time.Duration
+	HeartbeatTTL time.Duration `mapstructure:"heartbeat_ttl"`
 	// TakeBabelQueueProcessing gives the elements of BabelQueue's shared
 	// "<queue>:processing" list back to the queue at every (re)connect:
 	// for a queue whose BabelQueue workers are stopped, never while they
 	// run (they are still working on those).
-	TakeBabelQueueProcessing bool
+	TakeBabelQueueProcessing bool `mapstructure:"take_babelqueue_processing"`
+	// An entry pending ClaimIdle with a consumer that stopped renewing it
+	// is taken over (XAUTOCLAIM); one whose delivery count exceeds
+	// MaxDeliveries is dead-lettered to the stream DeadLetter. BodyField
+	// is the entry field that is the body.
+	ClaimIdle     time.Duration `mapstructure:"claim_idle"`
+	MaxDeliveries int           `mapstructure:"max_deliveries"`
+	BodyField     string        `mapstructure:"body_field"`
+	// DeadLetter is the dead-letter list (a stream in mode stream), ""
+	// for none. A list must carry the queue's hash tag (see HashTag) so
+	// one script can move an element there on Cluster; its reasons hash
+	// is DeadLetter+":reasons".
+	DeadLetter       string        `mapstructure:"dead_letter"`
+	ReconnectInitial time.Duration `mapstructure:"reconnect_initial"`
+	ReconnectMax     time.Duration `mapstructure:"reconnect_max"`
+	// Group is the stream's consumer group: the proxy's consumer name, so
+	// every replica of one consumer shares the entries and another
+	// consumer reads them all.
+	Group string `mapstructure:"-"`
 	// Replica names this replica's processing list and heartbeat (its
 	// consumer in mode stream); empty takes host name, pid and a random
 	// suffix, so two processes never share one.
-	Replica          string
-	ReconnectInitial time.Duration
-	ReconnectMax     time.Duration
-	Logger           *slog.Logger
-	Metrics          *metrics.SourceMetrics
+	Replica string                 `mapstructure:"-"`
+	Logger  *slog.Logger           `mapstructure:"-"`
+	Metrics *metrics.SourceMetrics `mapstructure:"-"`
 }
+
+// The modes of a Redis source.
+const (
+	ModeList   = "list"
+	ModeStream = "stream"
+)
 
 // ErrNotReserved is returned by a settle when the element is no longer
 // in this replica's processing list: another replica took the list back
@@ -143,11 +156,13 @@ func New(o Options) (*Source, error) {
 
 // newClient is the client of one source, list or stream.
 func newClient(o Options) (redis.UniversalClient, error) {
-	uo := &redis.UniversalOptions{
+	c, err := redisconn.New(redisconn.Conn{
 		Addrs:    o.Addrs,
+		URL:      o.URL,
 		Username: o.Username,
 		Password: o.Password,
 		DB:       o.DB,
+		TLS:      o.TLS,
 		// A failed command must be seen: it ends the session, and the
 		// processing list is given back on reconnect. A silent retry on
 		// a new connection would hide a settle that never happened.
@@ -156,21 +171,12 @@ func newClient(o Options) (redis.UniversalClient, error) {
 		ReadTimeout: 3 * time.Second,
 		// Every worker blocks one connection in BLMOVE; the heartbeat
 		// another; settles and the scan need a few more.
-		PoolSize:  o.Workers + 8,
-		TLSConfig: o.TLS,
+		PoolSize: o.Workers + 8,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
-	if o.URL != "" {
-		ro, err := redis.ParseURL(o.URL)
-		if err != nil {
-			return nil, fmt.Errorf("redis: url: %w", err)
-		}
-		uo.Addrs = []string{ro.Addr}
-		uo.Username, uo.Password, uo.DB, uo.TLSConfig = ro.Username, ro.Password, ro.DB, ro.TLSConfig
-	}
-	if len(uo.Addrs) == 0 {
-		return nil, errors.New("redis: addrs or url must be set")
-	}
-	return redis.NewUniversalClient(uo), nil
+	return c, nil
 }
 
 // Name implements broker.Source.
@@ -573,15 +579,9 @@ func (d *delivery) run(ctx context.Context, what string, sc *redis.Script, keys 
 // element's digest: the same names as other sources' dead-letter
 // headers, since a list element has no room for headers.
 func (s *Source) reasons(info broker.DeadLetterInfo) map[string]string {
-	return map[string]string{
-		broker.HeaderReason:         info.Reason,
-		broker.HeaderLastStatus:     strconv.Itoa(info.LastStatus),
-		broker.HeaderLastError:      info.LastError,
-		broker.HeaderAttempts:       strconv.Itoa(info.Attempts),
-		broker.HeaderSource:         s.o.Name,
-		broker.HeaderOriginalQueue:  s.o.Queue,
-		broker.HeaderDeadLetteredAt: time.Now().UTC().Format(time.RFC3339Nano),
-	}
+	m := map[string]string{}
+	info.Headers(s.o.Name, []string{broker.HeaderOriginalQueue, s.o.Queue}, func(k string, v any) { m[k] = fmt.Sprint(v) })
+	return m
 }
 
 // DeadLetterReason reads the reason record of a dead-lettered element

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -523,13 +522,7 @@ func (d *streamDelivery) DeadLetter(ctx context.Context, info broker.DeadLetterI
 			fields[k] = v
 		}
 	}
-	fields[broker.HeaderReason] = info.Reason
-	fields[broker.HeaderLastStatus] = strconv.Itoa(info.LastStatus)
-	fields[broker.HeaderLastError] = info.LastError
-	fields[broker.HeaderAttempts] = strconv.Itoa(info.Attempts)
-	fields[broker.HeaderSource] = d.s.o.Name
-	fields[broker.HeaderOriginalQueue] = d.s.o.Stream
-	fields[broker.HeaderDeadLetteredAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	info.Headers(d.s.o.Name, []string{broker.HeaderOriginalQueue, d.s.o.Stream}, func(k string, v any) { fields[k] = fmt.Sprint(v) })
 	fields["x-dedupe-original-id"] = d.e.id
 	if err := d.s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.s.o.DeadLetter, Values: fields}).Err(); err != nil {
 		d.settled.Store(false)
