@@ -1,4 +1,4 @@
-package pipeline
+package claim
 
 import (
 	"sync"
@@ -6,7 +6,7 @@ import (
 )
 
 // keptClaims records the keys whose claim this process left to expire
-// because their last request may still be running at the app (keepClaim):
+// because their last request may still be running at the app (Session.keep):
 // another delivery of such a key finds it busy, and the log must say it is
 // held here, not by another replica. Only timed-out or aborted requests
 // land here, so one lock will do.
@@ -58,12 +58,4 @@ func (l *localClaims) takenHere(key, token string) bool {
 	defer s.mu.Unlock()
 	c, ok := s.m[key]
 	return ok && c.token != token
-}
-
-// busyReason says who holds a key found busy that no local claim holds.
-func (w *work) busyReason() string {
-	if w.p.kept.here(w.full) {
-		return "key busy: claimed by this replica, whose last request for it may still run at the app"
-	}
-	return "key busy on another replica"
 }
