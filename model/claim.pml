@@ -68,8 +68,8 @@
  *   T_HOLD_STOP     claim.Protocol.hold claim.hold.stop
  *   T_DECIDE        claim.Decide claim.Session.Forwarded pipeline.work.settle webhook.Handler.settle
  *   T_COMMIT        claim.Session.Succeeded claim.Protocol.commit seenset.Store.Commit claim.Batch.commit seenset.CommitMany
- *   T_ACK           pipeline.work.Committed pipeline.work.ack webhook.Handler.answer webhook.Handler.store
- *   T_RELEASE       claim.Session.LetGo claim.Session.LetGoPrior claim.Protocol.release seenset.Store.Release pipeline.work.letGo webhook.Handler.letGo
+ *   T_ACK           pipeline.work.Committed pipeline.work.ack webhook.Handler.answer webhook.Handler.enqueue
+ *   T_RELEASE       claim.Session.LetGo claim.Session.LetGoPrior claim.Protocol.release seenset.Store.Release pipeline.work.letGo webhook.Handler.letGo webhook.Handler.enqueue
  *   T_KEEP          claim.Session.keep claim.Protocol.keep seenset.Store.Renew
  *   T_RETRY         pipeline.work.settle pipeline.work.Wait
  *   T_REQUEUE       webhook.Handler.refuse webhook.Handler.answer

@@ -30,13 +30,6 @@ func (k *keptClaims) keep(key string, until time.Time) {
 	k.m[key] = until
 }
 
-// here reports whether this process left key claimed and its lease may
-// still run.
-func (k *keptClaims) here(key string) bool {
-	_, ok := k.until(key)
-	return ok
-}
-
 // until reports when the claim this process left on key runs out, if it
 // may still run.
 func (k *keptClaims) until(key string) (time.Time, bool) {

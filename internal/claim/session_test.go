@@ -131,7 +131,7 @@ func TestSessionKeepUntil(t *testing.T) {
 		t.Fatalf("the keeping session's own take = %v, want its claim back", res)
 	}
 	cut := forward.Result{Outcome: forward.Retryable, MayBeRunning: true, Duration: 10 * time.Second}
-	a.Forwarded(ctx, cut, true, nil)
+	_, _ = a.Forwarded(ctx, cut, true, nil)
 	if nb := a.NotBefore(); nb.Before(time.Now().Add(49*time.Second)) || nb.After(time.Now().Add(51*time.Second)) {
 		t.Fatalf("cut short after 10s: kept until %v from now, want max_request_time − 10s = 50s", time.Until(nb))
 	}
@@ -148,7 +148,7 @@ func TestBatchTakeAndCommit(t *testing.T) {
 	p := protocol(t, 5*time.Second)
 	done := p.Begin("d", body1)
 	take(t, &done)
-	done.Forwarded(ctx, ok, false, &commits{})
+	_, _ = done.Forwarded(ctx, ok, false, &commits{})
 
 	ss := []claim.Session{p.Begin("a", body1), p.Begin("b", body1), p.Begin("a", body1), p.Begin("d", body1), {}}
 	g := p.NewBatch()
@@ -164,7 +164,7 @@ func TestBatchTakeAndCommit(t *testing.T) {
 		if !ss[i].UseAhead(ctx) || !ss[i].Ahead() {
 			t.Fatalf("session %d: its claim taken ahead is not usable", i)
 		}
-		ss[i].Forwarded(ctx, ok, false, &c)
+		_, _ = ss[i].Forwarded(ctx, ok, false, &c)
 	}
 	g.Wait()
 	if errs := c.all(); len(errs) != 2 || errs[0] != nil || errs[1] != nil {
@@ -201,7 +201,7 @@ func TestSessionReuse(t *testing.T) {
 	p := protocol(t, 5*time.Second)
 	a := p.Begin("k", body1)
 	take(t, &a)
-	a.Forwarded(ctx, ok, false, &commits{})
+	_, _ = a.Forwarded(ctx, ok, false, &commits{})
 	b := p.Begin("k", body2)
 	if r, _ := take(t, &b); r != seenset.Reused {
 		t.Fatalf("other body: %v, want reused", r)

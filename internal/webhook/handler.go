@@ -343,20 +343,7 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 		meta = append(meta, forward.Header{Name: claim.ReusedHeader, Value: "true"})
 	}
 	if h.o.Sink != nil {
-		pctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
-		err := h.o.Sink.Publish(pctx, Event{Key: key, Body: body, ContentType: r.Header.Get("Content-Type"), Headers: headers, Source: h.o.Name})
-		cancel()
-		if err != nil {
-			// Not confirmed: the sender retries, and a copy that did land
-			// is caught by the consuming source's own key.
-			h.letGo(ctx, &s, key)
-			h.log.Warn("webhook not stored: publish not confirmed", "key", key, "err", err)
-			h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookTargetUnavailable, "broker unavailable", unavailableRetryAfter)
-			return
-		}
-		s.Succeeded(ctx, committed{h, key})
-		h.m.Enqueued.Inc()
-		w.WriteHeader(http.StatusOK)
+		h.enqueue(ctx, w, &s, Event{Key: key, Body: body, ContentType: r.Header.Get("Content-Type"), Headers: headers, Source: h.o.Name})
 		return
 	}
 
@@ -386,6 +373,25 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 		h.log.Warn("the app has not answered within app.timeout; the sender is asked to retry later while the request stays open with the key held", "key", key)
 		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookAppSlow, "the app is still processing this event; retry later", max(h.o.BusyDelay, unavailableRetryAfter))
 	}
+}
+
+// enqueue publishes the event (enqueue mode) and commits its claim once
+// the broker has it.
+func (h *Handler) enqueue(ctx context.Context, w http.ResponseWriter, s *claim.Session, e Event) {
+	pctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
+	err := h.o.Sink.Publish(pctx, e)
+	cancel()
+	if err != nil {
+		// Not confirmed: the sender retries, and a copy that did land
+		// is caught by the consuming source's own key.
+		h.letGo(ctx, s, e.Key)
+		h.log.Warn("webhook not stored: publish not confirmed", "key", e.Key, "err", err)
+		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookTargetUnavailable, "broker unavailable", unavailableRetryAfter)
+		return
+	}
+	s.Succeeded(ctx, committed{h, e.Key})
+	h.m.Enqueued.Inc()
+	w.WriteHeader(http.StatusOK)
 }
 
 // keyReused answers an event whose id was stored with another body, by
