@@ -49,29 +49,31 @@
  * does). model/table_test.go checks that every function named here exists, and
  * that every step of internal/claim is named here.
  *
- *   T_DELIVER       pipeline.Pipeline.handle pipeline.work.run
- *   T_NOT_BEFORE    pipeline.work.acquire
- *   T_TOKEN         claim.Protocol.NewToken pipeline.Pipeline.newToken
- *   T_CLAIM         claim.Protocol.Claim pipeline.work.claim seenset.Store.Claim
- *   T_CLAIM_RETRY   pipeline.work.claim pipeline.work.wait
- *   T_DUP_ACK       pipeline.work.loop pipeline.work.ack
- *   T_BUSY_WAIT     pipeline.work.loop pipeline.work.park pipeline.work.waitBusy
- *   T_FORWARD       pipeline.work.forward forward.Client.Do
- *   T_HOLD          claim.Protocol.Hold
- *   T_RENEW         claim.hold.tick seenset.Store.Renew
- *   T_RENEW_LOST    claim.hold.tick pipeline.work.renewLost
+ *   T_DELIVER       pipeline.Pipeline.handle pipeline.work.run pipeline.Pipeline.handleBatch webhook.Handler.ServeHTTP
+ *   T_NOT_BEFORE    pipeline.work.acquire claim.Session.NotBefore
+ *   T_TOKEN         claim.Protocol.Begin claim.Session.nextToken
+ *   T_CLAIM         claim.Session.Take claim.Protocol.claim seenset.Store.Claim claim.Batch.Take seenset.ClaimMany webhook.Handler.store
+ *   T_CLAIM_RETRY   claim.Session.claim pipeline.work.ClaimFailed pipeline.work.Wait
+ *   T_DUP_ACK       pipeline.work.loop pipeline.Pipeline.batchItem pipeline.work.ack webhook.Handler.store
+ *   T_BUSY_WAIT     pipeline.work.loop pipeline.work.park pipeline.work.waitBusy claim.Session.Close
+ *   T_AHEAD         pipeline.Pipeline.batchItem pipeline.work.useAhead claim.Session.UseAhead claim.Session.Ahead
+ *   T_FORWARD       pipeline.work.forward webhook.Handler.forward forward.Client.Do
+ *   T_HOLD          claim.Session.Hold claim.Protocol.hold
+ *   T_RENEW         claim.hold.tick claim.Session.UseAhead seenset.Store.Renew
+ *   T_RENEW_LOST    claim.hold.tick claim.Session.UseAhead pipeline.work.renewLost
  *   T_ANSWER        forward.Client.Do forward.Client.classify
  *   T_ABANDON       forward.Client.do forward.failure
  *   T_TIMEOUT       forward.Client.Do
  *   T_CONNBREAK     forward.Client.do
- *   T_HOLD_STOP     claim.Protocol.Hold claim.hold.stop
- *   T_DECIDE        claim.Decide pipeline.work.settle
- *   T_COMMIT        claim.Protocol.Commit pipeline.work.commit seenset.Store.Commit
- *   T_ACK           pipeline.work.ack
- *   T_RELEASE       claim.Protocol.Release pipeline.work.releaseClaim pipeline.work.release seenset.Store.Release
- *   T_KEEP          claim.Protocol.Keep pipeline.work.keepClaim seenset.Store.Renew
- *   T_RETRY         pipeline.work.settle pipeline.work.wait
- *   T_CRASH         env
+ *   T_HOLD_STOP     claim.Protocol.hold claim.hold.stop
+ *   T_DECIDE        claim.Decide claim.Session.Forwarded pipeline.work.settle webhook.Handler.settle
+ *   T_COMMIT        claim.Session.Succeeded claim.Protocol.commit seenset.Store.Commit claim.Batch.commit seenset.CommitMany
+ *   T_ACK           pipeline.work.Committed pipeline.work.ack webhook.Handler.answer webhook.Handler.enqueue
+ *   T_RELEASE       claim.Session.LetGo claim.Session.LetGoPrior claim.Protocol.release seenset.Store.Release pipeline.work.letGo webhook.Handler.letGo webhook.Handler.enqueue
+ *   T_KEEP          claim.Session.keep claim.Protocol.keep seenset.Store.Renew
+ *   T_RETRY         pipeline.work.settle pipeline.work.Wait
+ *   T_REQUEUE       webhook.Handler.refuse webhook.Handler.answer
+ *   T_CRASH         env claim.Session.GiveBack pipeline.work.recoverPanic
  *   T_DUPLICATE     env
  *   T_TICK          env
  *   T_EXPIRE        env
@@ -81,6 +83,10 @@
  *   T_APP_FAIL      env
  *   T_APP_ANSWER    env
  *
+ * The batch path's own step (T_AHEAD) is taken with -DAHEAD; the webhook
+ * handler's answer that sends a request back to its sender (T_REQUEUE)
+ * with -DWEBHOOK.
+ *
  * ACTIONS: what T_DECIDE may decide (claim.Action).
  *
  *   A_COMMIT        claim.Commit
@@ -88,15 +94,27 @@
  *   A_KEEP          claim.Keep
  *
  * NOT MODELLED: exported parts of internal/claim that are no step of a
- * single message's session.
+ * key's session.
  *
  *   claim.New                 construction
- *   claim.Protocol.Store      accessor (the batch path's ClaimMany/CommitMany)
+ *   claim.Protocol.Observe    a user's view of the protocol, for its store state log
  *   claim.Protocol.Lease      accessor
- *   claim.Protocol.TTL        accessor (the done mark never expires here)
- *   claim.Protocol.Renew      the batch path renewing a claim taken ahead (pipeline.work.useAhead)
+ *   claim.Protocol.NewBatch   construction
+ *   claim.Batch.Join          a session joining its batch's commits (no store call)
+ *   claim.Batch.Wait          ordering within a batch (a replica here takes one message at a time)
+ *   claim.Session.Begun       accessor
+ *   claim.Session.Active      accessor
+ *   claim.Session.Key         accessor
+ *   claim.Session.Digest      accessor
+ *   claim.Session.Reused      accessor
+ *   claim.Session.KeptHere    what this process kept, for the busy delay and the log
+ *   claim.Session.TakenHere   what this process holds, for the lost-lease log
+ *   claim.Session.StoredDigest  a read for the key-reuse log line
+ *   claim.Session.FailOpen    on_store_error: forward, which takes the key out of the seen-set (no claim at all)
+ *   claim.Session.Reuse       the key a reused body (key_reuse: forward) is claimed under: another key, the same protocol
+ *   claim.ReuseKey            the same
+ *   claim.LogLevel            logging
  *   claim.StoreState.StoreCall  logging of the store's state
- *   claim.ReuseKey            the key a reused body (key_reuse: forward) is claimed under: another key, the same protocol
  */
 
 /* ---- parameters (ticks and budgets) ---- */
@@ -150,6 +168,7 @@ mtype = {
 	T_ABANDON, T_TIMEOUT, T_CONNBREAK, T_HOLD_STOP, T_DECIDE, T_COMMIT,
 	T_ACK, T_RELEASE, T_KEEP, T_RETRY, T_CRASH, T_DUPLICATE, T_TICK,
 	T_EXPIRE, T_REPLICATE, T_FAILOVER, T_APP_WORK, T_APP_FAIL, T_APP_ANSWER,
+	T_AHEAD, T_REQUEUE,
 	A_COMMIT, A_RELEASE, A_KEEP
 };
 
@@ -215,6 +234,10 @@ bool window[NR];       /* a request went out and its outcome is not yet committe
 bool kept[NR];         /* the last request may still run: keep, not release */
 byte unclaimed[NR];    /* a failover lost the claim before its request went out */
 byte tk[NR] = NONE;    /* the token the replica's claim is under */
+#ifdef AHEAD
+bool ahead[NR];        /* waits with a claim its batch took ahead (time passes, no renewal) */
+bool aold[NR];         /* a tick passed since: older than a third of a lease */
+#endif
 
 /* no loss: an ack only after the work was done (an honouring app's record) */
 #define ACKED_ONLY_EFFECTED assert(recorded)
@@ -327,13 +350,34 @@ inline open_request(tok) {
 
 /* ---- a replica ---- */
 
+/* AHEAD: the first claim of each delivery is its batch's (claim.Batch.Take).
+ * WEBHOOK: a replica is the webhook handler, a delivery the sender's
+ * request: every answer but a 2xx sends it back to the sender, who retries
+ * (REQUEUE), instead of a retry in place; a request the app has not
+ * answered within app.timeout is answered so while the forward goes on
+ * with the claim held. */
+#ifdef WEBHOOK
+#define REQUEUE atomic { held[r] -> held[r] = false; queued++; STEP(T_REQUEUE) }; goto next
+#endif
+#ifdef AHEAD
+#define TAKEN batched = first; first = false
+#else
+#define TAKEN skip
+#endif
+
 proctype Replica(byte r) {
 	byte res, slot, i, ans;
 	mtype act;
+#ifdef AHEAD
+	bool first, batched;
+#endif
 	do
 	:: {
 		waiting[r] = true;
 		atomic { queued > 0 -> queued--; held[r] = true; waiting[r] = false; STEP(T_DELIVER) };
+#ifdef AHEAD
+		first = true;
+#endif
 acquire:
 		if
 		:: nb[r] > 0 ->
@@ -344,8 +388,13 @@ acquire:
 		fi;
 		atomic { new_token(); STEP(T_TOKEN) };
 claim:
-		atomic { CALL(claim, tk[r], res, WAITED); STEP(T_CLAIM) };
+		atomic { CALL(claim, tk[r], res, WAITED); STEP(T_CLAIM); TAKEN };
 		if
+#ifdef WEBHOOK
+		:: res == ERR || res == BUSY ->
+			/* 503 or 409: the sender retries later */
+			REQUEUE
+#endif
 		:: res == ERR ->
 			/* fail closed: back off and claim again under the same token */
 			waiting[r] = true;
@@ -363,6 +412,40 @@ claim:
 			goto acquire
 		:: res == CLAIMED
 		fi;
+#ifdef AHEAD
+		if
+		:: batched ->
+			/* claimed ahead: the batch's earlier messages are forwarded
+			 * first while the lease runs unrenewed; then UseAhead renews a
+			 * claim older than a third of a lease, or the message takes
+			 * the slow path: a new claim (lost) or one under the same
+			 * token (the renewal's answer lost) */
+			ahead[r] = true; aold[r] = false;
+			waiting[r] = true;
+			atomic { waiting[r] = false; ahead[r] = false; STEP(T_AHEAD) };
+			if
+#ifdef BROKEN_AHEAD_UNRENEWED
+			:: false ->
+#else
+			:: aold[r] ->
+#endif
+				atomic {
+					CALL(renew, tk[r], res, skip);
+					if
+					:: res == NOTOWNER -> STEP(T_RENEW_LOST)
+					:: else -> STEP(T_RENEW)
+					fi
+				};
+				if
+				:: res == NOTOWNER -> goto acquire
+				:: res == ERR -> goto claim
+				:: else
+				fi
+			:: else
+			fi
+		:: else
+		fi;
+#endif
 #ifdef BROKEN_COMMIT_FIRST
 		atomic { CALL(commit, tk[r], res, WAITED); STEP(T_COMMIT) };
 #endif
@@ -401,6 +484,12 @@ claim:
 			ans = ANS5XX; STEP(T_TIMEOUT) };
 			break
 #endif
+#ifdef WEBHOOK
+		:: atomic { s_listen[slot] && s_age[slot] >= T && held[r] ->
+			/* app.timeout: the sender is answered 503 and retries; the
+			 * request goes on at the app with the claim held */
+			held[r] = false; queued++; STEP(T_REQUEUE) }
+#endif
 		:: atomic { s_listen[slot] && connbreaks < CONNBREAKS ->
 			connbreaks++;
 			waiting[r] = false; s_listen[slot] = false; s_why[slot] = s_why[slot] | W_CONNBREAK;
@@ -428,14 +517,23 @@ claim:
 				window[r] = false;
 				STEP(T_COMMIT)
 			};
-			/* acked whatever the commit answered: the app acted */
-			atomic { ACKED_ONLY_EFFECTED; held[r] = false; STEP(T_ACK) };
+			/* acked whatever the commit answered: the app acted (a
+			 * webhook's sender answered already is not answered again) */
+			atomic { ACKED_ONLY_EFFECTED; if :: held[r] -> held[r] = false; STEP(T_ACK) :: else fi };
 			goto next
 		:: act == A_RELEASE ->
 			atomic { CALL(release, tk[r], res, skip); window[r] = false; STEP(T_RELEASE) }
 		:: act == A_KEEP ->
 			atomic { CALL(renew, tk[r], res, skip); nb[r] = L; STEP(T_KEEP) }
 		fi;
+#ifdef WEBHOOK
+		/* 502 or 503: the sender retries */
+		nb[r] = 0;
+		if
+		:: held[r] -> REQUEUE
+		:: else -> goto next
+		fi;
+#endif
 		/* retry after a backoff, in place */
 		waiting[r] = true;
 		atomic { waiting[r] = false; STEP(T_RETRY) };
@@ -470,6 +568,9 @@ next:
 		i = 0;
 		reply[r] = NOANS; tk[r] = NONE; unclaimed[r] = 0; holding[r] = false; renewdue[r] = false; cur[r] = NONE;
 		nb[r] = 0; window[r] = false; kept[r] = false;
+#ifdef AHEAD
+		ahead[r] = false; aold[r] = false;
+#endif
 		waiting[r] = false; crashing[r] = false;
 		STEP(T_CRASH) } }
 	od
@@ -600,6 +701,10 @@ proctype World() {
 		if :: nb[0] > 0 -> nb[0]-- :: else fi;
 		if :: nb[1] > 0 -> nb[1]-- :: else fi;
 		bwait[0] = false; bwait[1] = false;
+#ifdef AHEAD
+		aold[0] = aold[0] || ahead[0];
+		aold[1] = aold[1] || ahead[1];
+#endif
 		renewdue[0] = holding[0];
 		renewdue[1] = holding[1] }
 	:: atomic { dups < DUPS -> dups++; queued++; ENV(T_DUPLICATE) }

@@ -20,6 +20,7 @@ var codePackages = map[string]string{
 	"pipeline": "../internal/pipeline",
 	"forward":  "../internal/forward",
 	"seenset":  "../internal/seenset",
+	"webhook":  "../internal/webhook",
 }
 
 // table is what claim.pml's header says about the code.
@@ -298,7 +299,7 @@ func TestTransitionTableMatchesCode(t *testing.T) {
 		t.Error(p)
 	}
 	// The index must have found what the table is checked against.
-	for _, want := range []string{"claim.Protocol.Claim", "claim.Decide", "claim.Keep", "claim.hold.tick", "seenset.Store.Commit", "pipeline.work.keepClaim"} {
+	for _, want := range []string{"claim.Session.Take", "claim.Decide", "claim.Keep", "claim.hold.tick", "seenset.Store.Commit", "webhook.Handler.settle"} {
 		if !ix.names[want] {
 			t.Errorf("the code index lacks %s", want)
 		}
@@ -320,8 +321,8 @@ func TestTransitionTableCatchesDrift(t *testing.T) {
 		name, want string
 		edit       func(src string, ix *codeIndex) (string, *codeIndex)
 	}{
-		{"renamed function", "names claim.Protocol.Keeps, which is not in the code", func(s string, ix *codeIndex) (string, *codeIndex) {
-			return strings.Replace(s, "claim.Protocol.Keep ", "claim.Protocol.Keeps ", 1), ix
+		{"renamed function", "names claim.Session.Forwardeds, which is not in the code", func(s string, ix *codeIndex) (string, *codeIndex) {
+			return strings.Replace(s, "claim.Session.Forwarded ", "claim.Session.Forwardeds ", 1), ix
 		}},
 		{"new protocol method", "claim.Protocol.Abandon is part of internal/claim", func(s string, ix *codeIndex) (string, *codeIndex) {
 			return s, withStep(ix, "claim.Protocol.Abandon")

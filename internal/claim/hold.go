@@ -9,7 +9,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 )
 
-// Hold keeps the claim on key renewed until stop is called, and calls lost
+// hold keeps the claim on key renewed until stop is called, and calls lost
 // (once, from the renewal's goroutine) if the store says the claim is no
 // longer token's: the lease expired and another owner may have taken the
 // key. from is when the lease was last set (when the claim or renewal was
@@ -24,7 +24,7 @@ import (
 //
 // stop waits for a renewal in progress, so none runs after a commit (it
 // would find the key done and report a lease lost that was not).
-func (p *Protocol) Hold(key, token string, from time.Time, lost func(error)) (stop func()) {
+func (p *Protocol) hold(key, token string, from time.Time, lost func(error)) (stop func()) {
 	h := &hold{p: p, key: key, token: token, ok: from, lost: lost}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -61,21 +61,21 @@ func TestHoldSurvivesOutageBelowBound(t *testing.T) {
 			real := testutil.RedisStore(t, "hold-")
 			out := &outage{Store: real, refuse: refuse}
 			p := claim.New(claim.Options{Store: out, Lease: lease, TTL: time.Hour})
-			key, tok := "k", p.NewToken()
+			s := p.Begin("k", seenset.Digest{})
 			from := time.Now()
-			if res, err := p.Claim(context.Background(), key, tok); err != nil || res != seenset.Claimed {
+			if res, _, err := s.Take(context.Background(), nil); err != nil || res != seenset.Claimed {
 				t.Fatalf("claim: %v %v", res, err)
 			}
 			out.from = from.Add(lease/3 - 50*time.Millisecond)
 			out.to = out.from.Add(lease * 6 / 10)
 			var lost atomic.Bool
-			stop := p.Hold(key, tok, from, func(error) { lost.Store(true) })
+			stop := s.Hold(func(error) { lost.Store(true) })
 			defer stop()
 			// Past the lease the claim started with, and after the outage:
 			// only renewals that worked keep it.
 			time.Sleep(time.Until(from.Add(lease + 300*time.Millisecond)))
-			other := claim.New(claim.Options{Store: real, Lease: lease, TTL: time.Hour})
-			if res, err := other.Claim(context.Background(), key, other.NewToken()); err != nil || res != seenset.Busy {
+			other := claim.New(claim.Options{Store: real, Lease: lease, TTL: time.Hour}).Begin("k", seenset.Digest{})
+			if res, _, err := other.Take(context.Background(), nil); err != nil || res != seenset.Busy {
 				t.Fatalf("another owner's claim after a %s outage = %v %v, want busy: the lease ran out", lease*6/10, res, err)
 			}
 			if lost.Load() {
@@ -93,12 +93,12 @@ func TestHoldReportsLostLease(t *testing.T) {
 	from := time.Now()
 	out := &outage{Store: real, refuse: true, from: from, to: from.Add(lease + 500*time.Millisecond)}
 	p := claim.New(claim.Options{Store: out, Lease: lease, TTL: time.Hour})
-	tok := p.NewToken()
-	if res, err := p.Claim(context.Background(), "k", tok); err != nil || res != seenset.Claimed {
+	s := p.Begin("k", seenset.Digest{})
+	if res, _, err := s.Take(context.Background(), nil); err != nil || res != seenset.Claimed {
 		t.Fatalf("claim: %v %v", res, err)
 	}
 	lost := make(chan struct{})
-	stop := p.Hold("k", tok, from, func(error) { close(lost) })
+	stop := s.Hold(func(error) { close(lost) })
 	defer stop()
 	select {
 	case <-lost:

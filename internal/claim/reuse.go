@@ -29,5 +29,8 @@ const ReusedHeader = "X-Dedupe-Key-Reused"
 // app at once. A message key has no control characters (keys refuses
 // them), so no key on the wire names a ReuseKey.
 func ReuseKey(full string, d seenset.Digest) string {
-	return full + "\x1freused:" + d.String()
+	return full + reuseSep + d.String()
 }
+
+// reuseSep joins a key and a body's digest in a ReuseKey.
+const reuseSep = "\x1freused:"

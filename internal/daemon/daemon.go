@@ -20,6 +20,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/admin"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/claim"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
@@ -49,6 +50,7 @@ type Daemon struct {
 	reg      *prometheus.Registry
 	metrics  *metrics.Metrics
 	pipe     *pipeline.Pipeline
+	claims   *claim.Protocol // every source's and webhook's (newClaims)
 	sources  []source
 	admin    *http.Server
 	adminLn  net.Listener
@@ -141,19 +143,17 @@ func New(cfg *config.Config, deps Deps) (_ *Daemon, err error) {
 		d.log.Warn(w.Msg, "field", w.Path)
 	}
 	dl := cfg.Delivery
+	d.claims = newClaims(cfg, d.store, d.metrics)
 	d.pipe = pipeline.New(pipeline.Options{
 		Consumer:             cfg.Consumer,
-		Store:                d.store,
+		Claims:               d.claims,
 		Forwarder:            fwd,
-		Lease:                cfg.SeenSet.Lease,
-		TTL:                  cfg.SeenSet.TTL,
 		FailOpenOnStoreError: cfg.SeenSet.OnStoreError == "forward",
 		MaxAttempts:          dl.MaxAttempts,
 		BackoffInitial:       dl.BackoffInitial,
 		BackoffMax:           dl.BackoffMax,
 		Jitter:               dl.Jitter,
 		BusyDelay:            dl.BusyDelay,
-		CommitAttempts:       dl.CommitAttempts,
 		MaxRequestTime:       cfg.App.MaxRequestTime,
 		MaxBodyBytes:         int64(dl.MaxBodyBytes),
 		LogBodies:            cfg.Log.Bodies,

@@ -8,7 +8,6 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
 
@@ -36,26 +35,21 @@ func (d *Daemon) newWebhook(sc config.Source) (*webhook.Listener, error) {
 		return nil, fmt.Errorf("key_reuse_fields: %w", err)
 	}
 	o := webhook.Options{
-		Name:           sc.Name,
-		KeyReuse:       sc.KeyReuse,
-		Digest:         dg,
-		Prefix:         cfg.Consumer + ":" + sc.StoredKeySpace() + ":",
-		Profile:        w.Profile,
-		Verifier:       v,
-		Keys:           ex,
-		KeyFromRules:   w.KeyFrom == "rules",
-		Store:          d.store,
-		Lease:          cfg.SeenSet.Lease,
-		TTL:            cfg.SeenSet.TTL,
-		BusyDelay:      cfg.Delivery.BusyDelay,
-		MaxBodyBytes:   int64(w.MaxBodyBytes),
-		MaxConcurrent:  w.MaxConcurrent,
-		MaxUnverified:  w.MaxUnverified,
-		CommitAttempts: cfg.Delivery.CommitAttempts,
-		MaxRequestTime: cfg.App.MaxRequestTime,
-		StoreObservers: []seenset.Observer{d.metrics.Store()},
-		Logger:         d.log,
-		Metrics:        d.metrics.ForWebhook(sc.Name),
+		Name:          sc.Name,
+		KeyReuse:      sc.KeyReuse,
+		Digest:        dg,
+		Prefix:        cfg.Consumer + ":" + sc.StoredKeySpace() + ":",
+		Profile:       w.Profile,
+		Verifier:      v,
+		Keys:          ex,
+		KeyFromRules:  w.KeyFrom == "rules",
+		Claims:        d.claims,
+		BusyDelay:     cfg.Delivery.BusyDelay,
+		MaxBodyBytes:  int64(w.MaxBodyBytes),
+		MaxConcurrent: w.MaxConcurrent,
+		MaxUnverified: w.MaxUnverified,
+		Logger:        d.log,
+		Metrics:       d.metrics.ForWebhook(sc.Name),
 	}
 	var sink webhook.Sink
 	if w.Mode == "enqueue" {

@@ -15,16 +15,17 @@ func (w *work) contentType() string {
 	if ct := w.s.ContentType; ct != "" {
 		return ct
 	}
-	if w.m.ContentType != "" {
-		return w.m.ContentType
+	m := w.d.Message()
+	if m.ContentType != "" {
+		return m.ContentType
 	}
-	if w.m.BodyJSON == broker.JSONUnchecked {
-		w.m.BodyJSON = broker.JSONInvalid
-		if keys.IsJSON(w.m.Body) {
-			w.m.BodyJSON = broker.JSONValid
+	if m.BodyJSON == broker.JSONUnchecked {
+		m.BodyJSON = broker.JSONInvalid
+		if keys.IsJSON(m.Body) {
+			m.BodyJSON = broker.JSONValid
 		}
 	}
-	if w.m.BodyJSON == broker.JSONValid {
+	if m.BodyJSON == broker.JSONValid {
 		return "application/json"
 	}
 	return ""

@@ -71,6 +71,11 @@ type Options struct {
 	Metrics        *metrics.Metrics
 	// Gate, when set, is waited on before every claim and forward.
 	Gate Gate
+	// Claims is the claim protocol shared with the process's other users
+	// of the seen-set (the daemon builds one); its lease wins over Lease.
+	// Nil: one of the pipeline's own, from Store, Lease, TTL,
+	// CommitAttempts, MaxRequestTime and the delivery backoff.
+	Claims *claim.Protocol
 }
 
 // SourceOptions are the per-source parts of the pipeline.
@@ -119,15 +124,13 @@ type Pipeline struct {
 	// and releases run on through a shutdown.
 	calm  context.Context
 	abort context.CancelFunc
-	// claims is the claim protocol every message goes through (claim,
-	// hold, commit, release, keep), the same one the webhook handler uses.
+	// claims begins each message's claim session: the protocol the
+	// webhook handler uses too, seen through the pipeline's store state.
 	claims *claim.Protocol
-	locals *localClaims
 	// store and app log when Redis or the app goes down and comes back,
 	// once each way; per-message lines about it are debug. app is nil
 	// with a Gate, whose health check logs the app's state.
 	store, app *statelog.Tracker
-	kept       keptClaims
 	// retry is the delivery policy's backoff (delivery.backoff_*).
 	retry backoff.Policy
 	// busy spaces the looks at a key busy elsewhere (see waiting.go).
@@ -151,6 +154,9 @@ func New(o Options) *Pipeline {
 	if o.MaxRequestTime <= 0 {
 		o.MaxRequestTime = forward.DefaultMaxRequestTime
 	}
+	if o.Claims != nil {
+		o.Lease = o.Claims.Lease()
+	}
 	hard, abort := context.WithCancel(context.Background())
 	storeDown := "seen-set unreachable: messages are neither forwarded nor acked until it is back"
 	if o.FailOpenOnStoreError {
@@ -172,16 +178,20 @@ func New(o Options) *Pipeline {
 		hard:     hard,
 		calm:     context.WithoutCancel(hard),
 		abort:    abort,
-		locals:   newLocalClaims(),
 	}
-	p.claims = claim.New(claim.Options{
-		Store:          o.Store,
-		Observers:      []seenset.Observer{o.Metrics.Store(), claim.StoreState{Tracker: p.store}},
-		Lease:          o.Lease,
-		TTL:            o.TTL,
-		CommitAttempts: o.CommitAttempts,
-		Backoff:        p.retry,
-	})
+	claims := o.Claims
+	if claims == nil {
+		claims = claim.New(claim.Options{
+			Store:          o.Store,
+			Observers:      []seenset.Observer{o.Metrics.Store()},
+			Lease:          o.Lease,
+			TTL:            o.TTL,
+			CommitAttempts: o.CommitAttempts,
+			Backoff:        p.retry,
+			MaxRequestTime: o.MaxRequestTime,
+		})
+	}
+	p.claims = claims.Observe(claim.StoreState{Tracker: p.store})
 	return p
 }
 
@@ -242,7 +252,7 @@ func (p *Pipeline) source(s SourceOptions) *source {
 		s.KeySpace = s.Name
 	}
 	p.m.InitSource(s.Name, s.Kind)
-	src := &source{SourceOptions: s, m: p.bind(s.Name), prefix: p.o.Consumer + ":" + s.KeySpace + ":"}
+	src := &source{SourceOptions: s, p: p, m: p.bind(s.Name), prefix: p.o.Consumer + ":" + s.KeySpace + ":"}
 	src.rules = strings.Join(s.Keys.Specs(), ", ")
 	src.noKey = statelog.NewLimiter(time.Second, func(n int) {
 		p.log.Info("no usable key", slog.String("source", s.Name), slog.String("rules", src.rules), slog.Int("suppressed", n))
@@ -251,7 +261,7 @@ func (p *Pipeline) source(s SourceOptions) *source {
 }
 
 func (p *Pipeline) handle(src *source, d broker.Delivery) {
-	w := &work{p: p, s: src, d: d, m: d.Message()}
+	w := &work{s: src, d: d}
 	src.m.inflight.Inc()
 	w.guarded(w.run)
 }
@@ -265,34 +275,31 @@ func (w *work) recoverPanic() {
 	if r == nil {
 		return
 	}
-	p := w.p
-	w.panicked = true
+	p := w.s.p
 	w.event(metrics.EventPanic)
 	p.log.Error("panic while handling a message; recovered, the message is given back",
 		w.attrs(slog.Any("panic", r), slog.String("stack", string(debug.Stack())))...)
-	w.releasePrior()
-	if w.c.held != "" {
-		if w.c.sent {
-			// The app may have the request, and may have acted on it:
-			// the lease, left to expire, keeps the key from being sent
-			// again meanwhile.
-			w.c.held = ""
-		} else {
-			w.release(w.c.held)
-		}
+	// A claim whose request may be at the app is left to expire, which
+	// keeps the key from being sent again meanwhile; one whose request
+	// never left is released.
+	if err := w.c.GiveBack(p.calm); err != nil {
+		w.releaseFailed(err)
 	}
 	if w.settled {
 		return
 	}
 	// Not a hot loop between replicas when it panics every time.
-	w.wait(p.backoff(p.o.MaxAttempts, 0))
-	w.requeue("panic")
+	w.Wait(p.backoff(p.o.MaxAttempts, 0))
+	// Counted as a delivery: a message that panics every time must reach
+	// max_deliveries.
+	w.requeueAs("panic", true)
 }
 
 // source is a source's options with its metric series resolved once:
 // WithLabelValues hashes its labels on every call, per message.
 type source struct {
 	SourceOptions
+	p *Pipeline
 	m *boundMetrics
 	// prefix is "<consumer>:<key space>:", joined once.
 	prefix string
@@ -347,7 +354,7 @@ func (p *Pipeline) bind(name string) *boundMetrics {
 }
 
 func (w *work) deadLetter(info broker.DeadLetterInfo) error {
-	p := w.p
+	p := w.s.p
 	ctx, cancel := context.WithTimeout(p.calm, 30*time.Second)
 	err := w.d.DeadLetter(ctx, info)
 	cancel()
@@ -363,72 +370,32 @@ func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 	return err
 }
 
-// claim claims the key, retrying store errors with backoff (fail-closed).
-// It returns an error when the store is down and either fail-open is on
-// (ErrUnavailable) or the wait was interrupted.
-func (w *work) claim(token string) (seenset.ClaimResult, error) {
-	p := w.p
-	unusable := 0
-	for i := 1; ; i++ {
-		w.c.from = time.Now()
-		res, err := p.claims.Claim(p.hard, w.full, token)
-		if err == nil {
-			return res, nil
-		}
-		w.event(metrics.EventStoreError)
-		level := slog.LevelWarn
-		if errors.Is(err, seenset.ErrUnavailable) {
-			level = slog.LevelDebug // the store's state line says it once
-		}
-		p.log.Log(context.Background(), level, "seen-set claim failed; not forwarding", w.attrs(slog.String("err", err.Error()), slog.Int("attempt", i))...)
-		if p.o.FailOpenOnStoreError && errors.Is(err, seenset.ErrUnavailable) {
-			return 0, err
-		}
-		// Not an outage: the entry under this key is unusable, and
-		// retrying for ever would pin a worker (and hold a partition).
-		// A few tries, in case it was being rewritten, then give up.
-		if errors.Is(err, seenset.ErrKeyUnusable) {
-			if unusable++; unusable >= keyUnusableTries {
-				return 0, err
-			}
-		}
-		if !w.wait(p.backoff(i, 0)) {
-			return 0, errors.New("interrupted")
-		}
-	}
-}
-
-// keyUnusableTries is how often a claim that finds the key's entry
-// unusable is tried before the message is dead-lettered or held.
-const keyUnusableTries = 3
-
 // forward sends one attempt, holding the claim (renewing its lease) for
 // as long as the request is open. A request the app has not answered
 // within app.timeout is slow, not abandoned: it is waited for up to
 // app.max_request_time with the claim held, and its late answer settles
 // the message as an early one would.
 func (w *work) forward() forward.Result {
-	p := w.p
+	p, m := w.s.p, w.d.Message()
 	w.attempt++
 	req := forward.Request{
 		Path:           w.s.Path,
-		Body:           w.m.Body,
+		Body:           m.Body,
 		ContentType:    w.contentType(),
-		IdempotencyKey: w.key,
+		IdempotencyKey: w.key(),
 		Attempt:        w.attempt,
 		Meta:           w.reuseMeta(w.metaHeaders()),
-		MessageHeaders: w.m.Headers,
+		MessageHeaders: m.Headers,
 	}
 	// The attempt is copied: the callback runs on a timer's goroutine,
 	// maybe still after Do returned and the next attempt began.
 	attempt := w.attempt
 	req.OnSlow = func() { w.slow(attempt) }
-	if w.withStore {
+	if w.c.Active() {
 		// Deferred: a panic in Do must not leave the renewal running,
 		// which would hold the key for ever.
-		defer p.claims.Hold(w.full, w.c.token, w.c.from, w.renewLost)()
+		defer w.c.Hold(w.renewLost)()
 	}
-	w.c.sent = true
 	// Neither Drain nor a lost channel (a Kafka revocation) cancels a
 	// forward in progress: the app may be acting on it, and finishing
 	// lets us commit, which turns the redelivery into a duplicate instead
@@ -455,97 +422,45 @@ func (w *work) forward() forward.Result {
 // slow is told when the app has not answered attempt within app.timeout.
 func (w *work) slow(attempt int) {
 	w.event(metrics.EventSlow)
-	w.p.log.Warn("the app has not answered within app.timeout; waiting for its answer, with the key held, up to app.max_request_time",
-		w.attrs(slog.Int("attempt", attempt), slog.Duration("max_request_time", w.p.o.MaxRequestTime))...)
+	w.s.p.log.Warn("the app has not answered within app.timeout; waiting for its answer, with the key held, up to app.max_request_time",
+		w.attrs(slog.Int("attempt", attempt), slog.Duration("max_request_time", w.s.p.o.MaxRequestTime))...)
 }
 
 // renewLost is told when a renewal found the claim gone while the
 // request was open.
 func (w *work) renewLost(error) { w.leaseLost("lease lost while forwarding") }
 
-// commit records the success; it runs even during shutdown: the app
-// already acted, and a lost commit is the one window in which a
-// redelivery is forwarded again.
-func (w *work) commit(token string) {
-	p := w.p
-	w.c.held = ""
-	defer w.dropLocal()
-	err := p.claims.Commit(p.calm, w.full, token)
-	switch {
-	case err == nil:
-	case errors.Is(err, seenset.ErrNotOwner):
-		w.leaseLost("commit refused: the lease expired")
-	default:
-		w.event(metrics.EventCommitFailed)
-		p.log.Error("commit failed after the app succeeded; acking anyway, the Idempotency-Key is the app's defence against a redelivery", w.attrs(slog.String("err", err.Error()))...)
-	}
-}
-
-// releasePrior gives up a claim this message may hold from its batch, so
-// the next owner need not wait for the lease to run out.
-func (w *work) releasePrior() {
-	if w.c.prior != "" {
-		w.release(w.c.prior)
-		w.c.prior = ""
-	}
-}
-
-// renew extends the lease on token. It runs even while the pipeline is
-// stopping (Abort cancels the forward, and keepClaim renews after it).
-func (w *work) renew(token string) error {
-	w.c.from = time.Now()
-	return w.p.claims.Renew(w.p.calm, w.full, token)
-}
-
 // leaseLost reports a claim found to be someone else's: its lease
 // expired and another replica took the key.
 func (w *work) leaseLost(msg string) {
 	w.event(metrics.EventLeaseLost)
-	if w.p.locals.takenHere(w.full, w.c.token) {
+	if w.c.TakenHere() {
 		msg += ": another delivery of this key on this replica claimed it and may forward it too"
 	} else {
 		msg += ": another replica claimed the key and may forward it too"
 	}
-	w.p.log.Error(msg, w.attrs()...)
+	w.s.p.log.Error(msg, w.attrs()...)
 }
 
-// keepClaim is release's opposite, for a request that may still be
-// running at the app (cut short by a shutdown, given up at
-// app.max_request_time, or its connection broke after it was written):
-// the claim is left to expire, so that meanwhile no replica, this one
-// included, sends the key again. until is when it may expire at the
-// earliest; it is held a lease from now at least. A retry here waits for
-// it (notBefore); a redelivery elsewhere finds the key busy until then.
-func (w *work) keepClaim(token string, until time.Time) {
-	p := w.p
-	w.c.held = ""
-	w.dropLocal()
-	until = later(until, time.Now().Add(p.o.Lease))
-	_ = p.claims.Keep(p.calm, w.full, token, until)
-	// Counted as kept even when that renewal failed: the lease may still
-	// run (it was renewed at most lease/3 ago), and waiting too long is
-	// the safe side.
-	w.c.notBefore, w.c.kept = until, token
-	p.kept.keep(w.full, w.c.notBefore)
-	p.log.Info("no answer from the app; the key stays claimed, so it is not sent again while the request may still run",
-		w.attrs(slog.String("reason", w.last.Reason), slog.Time("until", until))...)
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+// letGo releases the message's claim; it runs even while the pipeline
+// is stopping.
+func (w *work) letGo() {
+	if err := w.c.LetGo(w.s.p.calm); err != nil {
+		w.releaseFailed(err)
 	}
-	return b
 }
 
-func (w *work) release(token string) {
-	p := w.p
-	w.c.held = ""
-	defer w.dropLocal()
-	if err := p.claims.Release(p.calm, w.full, token); err != nil {
-		// Harmless: the lease expires by itself.
-		p.log.Log(context.Background(), storeErrLevel(err), "release failed; the lease will expire", w.attrs(slog.String("err", err.Error()))...)
+// letGoPrior gives up a claim this message may hold from its batch, so
+// the next owner need not wait for the lease to run out.
+func (w *work) letGoPrior() {
+	if err := w.c.LetGoPrior(w.s.p.calm); err != nil {
+		w.releaseFailed(err)
 	}
+}
+
+func (w *work) releaseFailed(err error) {
+	// Harmless: the lease expires by itself.
+	w.s.p.log.Log(context.Background(), claim.LogLevel(err), "release failed; the lease will expire", w.attrs(slog.String("err", err.Error()))...)
 }
 
 func (w *work) ack(result string) {
@@ -555,17 +470,21 @@ func (w *work) ack(result string) {
 	w.settled = true
 	if err := w.d.Ack(context.Background()); err != nil {
 		w.event(metrics.EventSettleFailed)
-		w.p.log.Log(context.Background(), w.settleErrLevel(), "ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
+		w.s.p.log.Log(context.Background(), w.settleErrLevel(), "ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)
 	}
 	w.result(result)
 }
 
-func (w *work) requeue(why string) {
+func (w *work) requeue(why string) { w.requeueAs(why, w.attempt != 0 || w.down != 0) }
+
+// requeueAs gives the delivery back; counted: it was at the app (or
+// panicked), a delivery its broker counts.
+func (w *work) requeueAs(why string, counted bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w.settled = true
 	var err error
-	if g, ok := w.d.(broker.GiveBacker); ok && w.attempt == 0 && w.down == 0 && !w.panicked {
+	if g, ok := w.d.(broker.GiveBacker); ok && !counted {
 		// Never at the app this time: not a delivery its broker counts.
 		err = g.GiveBack(ctx)
 	} else {
@@ -573,15 +492,16 @@ func (w *work) requeue(why string) {
 	}
 	if err != nil {
 		w.event(metrics.EventSettleFailed)
-		w.p.log.Log(ctx, w.settleErrLevel(), "requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)
+		w.s.p.log.Log(ctx, w.settleErrLevel(), "requeue failed; the broker will redeliver", w.attrs(slog.String("err", err.Error()))...)
 	}
-	w.p.log.Debug("requeued", w.attrs(slog.String("reason", why))...)
+	w.s.p.log.Debug("requeued", w.attrs(slog.String("reason", why))...)
 	w.result(metrics.Requeued)
 }
 
-// wait sleeps for d unless the pipeline drains or the delivery is lost; it
-// reports whether the full wait elapsed.
-func (w *work) wait(d time.Duration) bool { return w.waitOr(nil, d) }
+// Wait sleeps for d unless the pipeline drains or the delivery is lost;
+// it reports whether the full wait elapsed (and implements claim.Waiter:
+// a claim's retries wait so).
+func (w *work) Wait(d time.Duration) bool { return w.waitOr(nil, d) }
 
 // waitOr is wait that also ends, reporting true, when ch is closed (a nil
 // ch never is).
@@ -593,8 +513,8 @@ func (w *work) waitOr(ch <-chan struct{}, d time.Duration) bool {
 		return true
 	case <-ch:
 		return true
-	case <-w.p.draining:
-	case <-w.p.hard.Done():
+	case <-w.s.p.draining:
+	case <-w.s.p.hard.Done():
 	case <-w.d.Lost():
 	}
 	return false
@@ -610,12 +530,12 @@ func (w *work) waitGate() bool {
 		return true
 	}
 	w.event(metrics.EventAppWait)
-	w.p.log.Debug("app down: holding the message until it is back", w.attrs()...)
+	w.s.p.log.Debug("app down: holding the message until it is back", w.attrs()...)
 	select {
-	case <-w.p.o.Gate.Open():
+	case <-w.s.p.o.Gate.Open():
 		return true
-	case <-w.p.draining:
-	case <-w.p.hard.Done():
+	case <-w.s.p.draining:
+	case <-w.s.p.hard.Done():
 	case <-w.d.Lost():
 	}
 	return false
@@ -624,11 +544,11 @@ func (w *work) waitGate() bool {
 // gateOpen reports, without waiting, whether the app is up (always, when
 // there is no Gate).
 func (w *work) gateOpen() bool {
-	if w.p.o.Gate == nil {
+	if w.s.p.o.Gate == nil {
 		return true
 	}
 	select {
-	case <-w.p.o.Gate.Open():
+	case <-w.s.p.o.Gate.Open():
 		return true
 	default:
 		return false
@@ -642,10 +562,6 @@ func (p *Pipeline) backoff(attempt int, retryAfter time.Duration) time.Duration 
 	return p.retry.Delay(attempt, retryAfter)
 }
 
-func (p *Pipeline) newToken() string {
-	return p.claims.NewToken()
-}
-
 // settleErrLevel: a settle that failed because the delivery's channel or
 // partition is gone is one of many; the source logs that once.
 func (w *work) settleErrLevel() slog.Level {
@@ -657,28 +573,18 @@ func (w *work) settleErrLevel() slog.Level {
 	}
 }
 
-// storeErrLevel: a store that is down is reported once by p.store; a
-// message's own line about it is debug.
-func storeErrLevel(err error) slog.Level {
-	if errors.Is(err, seenset.ErrUnavailable) {
-		return slog.LevelDebug
-	}
-	return slog.LevelWarn
-}
-
-func (w *work) info(reason string, attempts int) broker.DeadLetterInfo {
-	info := broker.DeadLetterInfo{Reason: reason, LastStatus: w.last.Status, Attempts: attempts}
-	if w.last.Err != nil {
-		info.LastError = w.last.Err.Error()
+func (w *work) info(last forward.Result, reason string, attempts int) broker.DeadLetterInfo {
+	info := broker.DeadLetterInfo{Reason: reason, LastStatus: last.Status, Attempts: attempts}
+	if last.Err != nil {
+		info.LastError = last.Err.Error()
 	}
 	return info
 }
 
+// metaHeaders are the metadata headers of the message's requests, built
+// for each attempt (a retry is rare; a field to keep them is not).
 func (w *work) metaHeaders() []forward.Header {
-	if w.meta != nil {
-		return w.meta
-	}
-	m := w.m
+	m := w.d.Message()
 	if m.Topic == "" {
 		// Nothing per message but Redelivered: share the queue's.
 		q := w.s.queueMeta.Load()
@@ -693,11 +599,9 @@ func (w *work) metaHeaders() []forward.Header {
 		if m.Redelivered {
 			i = 1
 		}
-		w.meta = q.h[i]
-		return w.meta
+		return q.h[i]
 	}
-	w.meta = buildMeta(m, m.Redelivered)
-	return w.meta
+	return buildMeta(m, m.Redelivered)
 }
 
 func buildMeta(m *broker.Message, redelivered bool) []forward.Header {
@@ -719,23 +623,26 @@ func buildMeta(m *broker.Message, redelivered bool) []forward.Header {
 }
 
 func (w *work) attrs(extra ...any) []any {
+	m := w.d.Message()
 	a := []any{slog.String("source", w.s.Name)}
-	if w.key != "" {
-		a = append(a, slog.String("key", w.key))
+	if key := w.key(); key != "" {
+		a = append(a, slog.String("key", key))
 	}
-	if w.m.Topic != "" {
-		a = append(a, slog.String("topic", w.m.Topic), slog.Int("partition", w.m.Partition), slog.Int64("offset", w.m.Offset))
+	if m.Topic != "" {
+		a = append(a, slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset))
 	}
-	if w.p.o.LogBodies {
-		a = append(a, slog.String("body", string(w.m.Body)))
+	if w.s.p.o.LogBodies {
+		a = append(a, slog.String("body", string(m.Body)))
 	}
 	return append(a, extra...)
 }
 
-func (w *work) fail(msg string, extra ...any) {
+// fail logs a message given up on, with the last answer of the app (a
+// zero one when it was never asked).
+func (w *work) fail(last forward.Result, msg string, extra ...any) {
 	w.event(metrics.EventFailed)
-	a := append([]any{slog.Int("status", w.last.Status), slog.String("reason", w.last.Reason)}, extra...)
-	w.p.log.Warn(msg, w.attrs(a...)...)
+	a := append([]any{slog.Int("status", last.Status), slog.String("reason", last.Reason)}, extra...)
+	w.s.p.log.Warn(msg, w.attrs(a...)...)
 }
 
 func (w *work) event(e string) { w.s.m.events[e].Inc() }

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"sync"
-	"time"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
@@ -18,25 +17,25 @@ import (
 // commits share round trips too.
 func (p *Pipeline) handleSet(src *source, ds []broker.Delivery) {
 	ws := make([]work, len(ds))
-	g := newCommitter(p)
+	g := p.claims.NewBatch()
 	for i, d := range ds {
-		ws[i] = work{p: p, s: src, d: d, m: d.Message(), group: g}
+		ws[i] = work{s: src, d: d}
 	}
-	claims, claimedAt := p.claimAhead(ws)
+	claims := p.claimAhead(g, ws)
 	var wg sync.WaitGroup
 	for i := range ws {
 		src.m.inflight.Inc()
 		wg.Go(func() {
 			defer src.m.inflight.Dec()
-			p.setItem(&ws[i], claims[i], claimedAt)
+			p.setItem(&ws[i], claims[i])
 		})
 	}
 	wg.Wait()
-	g.wait()
-	// Only now: the committer drops a success's local claim itself, and
-	// must not race another drop of it.
+	g.Wait()
+	// Only now: the batch drops a success's local claim itself, and must
+	// not race another drop of it.
 	for i := range ws {
-		ws[i].dropLocal()
+		ws[i].c.Close()
 	}
 }
 
@@ -45,21 +44,16 @@ func (p *Pipeline) handleSet(src *source, ds []broker.Delivery) {
 // the set shares its key (a dedupe key twice in a set, under two record
 // keys, is claimed for the first only; the second finds it busy here
 // and waits for its outcome).
-func (p *Pipeline) setItem(w *work, c aheadClaim, claimedAt time.Time) {
+func (p *Pipeline) setItem(w *work, ahead seenset.ClaimResult) {
 	defer w.recoverPanic()
-	if c.token != "" {
-		switch c.result {
-		case seenset.Duplicate:
-			w.ack(metrics.Duplicate)
+	switch ahead {
+	case seenset.Duplicate:
+		w.ack(metrics.Duplicate)
+		return
+	case seenset.Claimed:
+		if w.useAhead() {
+			w.loop(false)
 			return
-		case seenset.Claimed:
-			w.c.held = c.token
-			ok := w.useAhead(c.token, claimedAt)
-			w.c.held = ""
-			if ok {
-				w.loop()
-				return
-			}
 		}
 	}
 	w.run()

@@ -41,12 +41,20 @@ const maxParked = 1024
 
 // busyDelay is how long a message whose key is busy elsewhere waits
 // before its look number n (1 for the first).
-func (p *Pipeline) busyDelay(key string, n int) time.Duration {
-	if until, ok := p.kept.until(key); ok {
+func (w *work) busyDelay(n int) time.Duration {
+	if until, ok := w.c.KeptHere(); ok {
 		// This replica left the key claimed until then: no sooner.
 		return max(time.Until(until), backoff.MinDelay)
 	}
-	return p.busy.Delay(n, 0)
+	return w.s.p.busy.Delay(n, 0)
+}
+
+// busyReason says who holds a key found busy that no local claim holds.
+func (w *work) busyReason() string {
+	if _, ok := w.c.KeptHere(); ok {
+		return "key busy: claimed by this replica, whose last request for it may still run at the app"
+	}
+	return "key busy on another replica"
 }
 
 // waitingRoom is one source's count of parked messages.
@@ -74,13 +82,12 @@ func (r *waitingRoom) leave() {
 // park hands a message whose key is busy to a goroutine of the waiting
 // room, which waits (waitBusy) and then goes on with its trip as the
 // worker would have. It reports false when the message must wait on its
-// worker instead: the source is ordered (Kafka), the room is full, or the
-// message is parked already.
+// worker instead: the source is ordered (Kafka) or the room is full. A
+// parked message waits on the room's goroutine (loop), never parks again.
 func (w *work) park(ch <-chan struct{}) bool {
-	if !w.s.Requeues || w.parked || !w.s.room.enter() {
+	if !w.s.Requeues || !w.s.room.enter() {
 		return false
 	}
-	w.parked = true
 	w.s.m.waiting.Inc()
 	// Owned by the delivery: it ends once the delivery is settled, and a
 	// drain ends its wait at once (the source waits for that settle).
@@ -92,7 +99,7 @@ func (w *work) park(ch <-chan struct{}) bool {
 				w.requeue(w.busyStopReason(ch))
 				return false
 			}
-			return w.loop()
+			return w.loop(true)
 		})
 	}()
 	return true
@@ -111,7 +118,7 @@ func (w *work) guarded(f func() (handedOff bool)) {
 	}()
 	defer func() {
 		if !handedOff {
-			w.dropLocal()
+			w.c.Close()
 		}
 	}()
 	defer w.recoverPanic()

@@ -60,7 +60,12 @@ type Options struct {
 	// (generic-hmac, none). Nil: the default rule.
 	Keys         *keys.Extractor
 	KeyFromRules bool
-	Store        seenset.Store
+	// Claims is the claim protocol shared with the process's other users
+	// of the seen-set (the daemon builds one). Nil: one of the handler's
+	// own, from Store, Lease, TTL, CommitAttempts, OpTimeout,
+	// StoreObservers and MaxRequestTime.
+	Claims *claim.Protocol
+	Store  seenset.Store
 	// KeyReuse is the source's key_reuse (claim.KeyReuse*; "" is warn)
 	// and Digest its key_reuse_fields (nil: the whole body).
 	KeyReuse string
@@ -90,8 +95,9 @@ type Options struct {
 	Metrics   *metrics.WebhookMetrics
 	// StoreObservers are told of every seen-set call (the store metrics).
 	StoreObservers []seenset.Observer
-	// MaxRequestTime is app.max_request_time: a forward cut short by a
-	// shutdown keeps its claim until then from its start.
+	// MaxRequestTime is app.max_request_time, for the handler's own
+	// protocol (Claims nil): a forward cut short by a shutdown keeps its
+	// claim until then from its start.
 	MaxRequestTime time.Duration
 }
 
@@ -106,10 +112,10 @@ const unavailableRetryAfter = 5 * time.Second
 
 // Handler answers webhook requests. The order is what makes a 2xx mean
 // "stored": verify, claim the key, publish (or forward), commit, answer.
-// The claim goes through the same protocol as a broker message's
-// (claim.Protocol): held and renewed while the app works, released when
-// the publish or the app failed, and kept, never released, while a
-// forwarded request may still be running at the app.
+// The claim is a claim.Session, as a broker message's: held and renewed
+// while the app works, released when the publish or the app failed, and
+// kept, never released, while a forwarded request may still be running at
+// the app.
 type Handler struct {
 	o   Options
 	log *slog.Logger
@@ -158,14 +164,19 @@ func NewHandler(o Options) *Handler {
 		h.o.MaxRequestTime = forward.DefaultMaxRequestTime
 	}
 	h.hard, h.abort = context.WithCancel(context.Background())
-	h.claims = claim.New(claim.Options{
-		Store:          o.Store,
-		Observers:      append(append([]seenset.Observer(nil), o.StoreObservers...), claim.StoreState{Tracker: h.storeState}),
-		Lease:          o.Lease,
-		TTL:            o.TTL,
-		CommitAttempts: o.CommitAttempts,
-		OpTimeout:      o.OpTimeout,
-	})
+	claims := o.Claims
+	if claims == nil {
+		claims = claim.New(claim.Options{
+			Store:          o.Store,
+			Observers:      o.StoreObservers,
+			Lease:          o.Lease,
+			TTL:            o.TTL,
+			CommitAttempts: o.CommitAttempts,
+			OpTimeout:      o.OpTimeout,
+			MaxRequestTime: h.o.MaxRequestTime,
+		})
+	}
+	h.claims = claims.Observe(claim.StoreState{Tracker: h.storeState})
 	return h
 }
 
@@ -293,23 +304,18 @@ func (h *Handler) key(hd http.Header, body []byte) (string, string) {
 }
 
 func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body []byte) {
-	full := h.o.Prefix + key
-	digest := h.o.Digest.Digest(body)
-	token := seenset.WithDigest(h.claims.NewToken(), digest)
+	s := h.claims.Begin(h.o.Prefix+key, h.o.Digest.Digest(body))
 	// The sender hanging up must not cut a publish or commit short: the
 	// work goes on and its retry then finds the key done.
 	ctx := context.WithoutCancel(r.Context())
-	from := time.Now()
-	res, err := h.claims.Claim(ctx, full, token)
-	reused := err == nil && res == seenset.Reused
-	if reused {
-		if !h.keyReused(ctx, w, full, key, digest) {
+	res, _, err := s.Take(ctx, nil)
+	if err == nil && res == seenset.Reused {
+		if !h.keyReused(ctx, w, &s, key) {
 			return
 		}
 		// key_reuse: forward: this body under its own key.
-		full = claim.ReuseKey(full, digest)
-		from = time.Now()
-		res, err = h.claims.Claim(ctx, full, token)
+		s.Reuse()
+		res, _, err = s.Take(ctx, nil)
 	}
 	switch {
 	case errors.Is(err, seenset.ErrKeyUnusable):
@@ -317,7 +323,7 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 		h.refuse(w, http.StatusInternalServerError, metrics.WebhookKeyUnusable, "event key cannot be recorded", 0)
 		return
 	case err != nil:
-		h.log.Log(context.Background(), storeErrLevel(err), "webhook not stored: seen-set unavailable", "key", key, "err", err)
+		h.log.Log(context.Background(), claim.LogLevel(err), "webhook not stored: seen-set unavailable", "key", key, "err", err)
 		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookStoreUnavailable, "seen-set unavailable", unavailableRetryAfter)
 		return
 	case res == seenset.Duplicate:
@@ -332,25 +338,12 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 
 	headers := eventHeaders(r.Header, SignatureHeaders(h.o.Profile, h.o.Verifier.generic))
 	meta := []forward.Header{{Name: "X-Dedupe-Source", Value: h.o.Name}, {Name: "X-Dedupe-Broker", Value: "webhook"}}
-	if reused {
+	if s.Reused() {
 		headers[strings.ToLower(claim.ReusedHeader)] = "true"
 		meta = append(meta, forward.Header{Name: claim.ReusedHeader, Value: "true"})
 	}
 	if h.o.Sink != nil {
-		pctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
-		err := h.o.Sink.Publish(pctx, Event{Key: key, Body: body, ContentType: r.Header.Get("Content-Type"), Headers: headers, Source: h.o.Name})
-		cancel()
-		if err != nil {
-			// Not confirmed: the sender retries, and a copy that did land
-			// is caught by the consuming source's own key.
-			h.release(ctx, full, token, key)
-			h.log.Warn("webhook not stored: publish not confirmed", "key", key, "err", err)
-			h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookTargetUnavailable, "broker unavailable", unavailableRetryAfter)
-			return
-		}
-		h.commit(ctx, full, token, key)
-		h.m.Enqueued.Inc()
-		w.WriteHeader(http.StatusOK)
+		h.enqueue(ctx, w, &s, Event{Key: key, Body: body, ContentType: r.Header.Get("Content-Type"), Headers: headers, Source: h.o.Name})
 		return
 	}
 
@@ -363,8 +356,8 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 	h.open.Add(1)
 	go func() {
 		defer h.open.Done()
-		res := h.forward(full, token, key, from, body, r.Header.Get("Content-Type"), meta, headers, f.slowed)
-		h.settle(ctx, full, token, key, res)
+		res := h.forward(&s, key, body, r.Header.Get("Content-Type"), meta, headers, f.slowed)
+		h.settle(ctx, &s, key, res)
 		f.done <- res
 	}()
 	select {
@@ -382,20 +375,33 @@ func (h *Handler) store(w http.ResponseWriter, r *http.Request, key string, body
 	}
 }
 
+// enqueue publishes the event (enqueue mode) and commits its claim once
+// the broker has it.
+func (h *Handler) enqueue(ctx context.Context, w http.ResponseWriter, s *claim.Session, e Event) {
+	pctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
+	err := h.o.Sink.Publish(pctx, e)
+	cancel()
+	if err != nil {
+		// Not confirmed: the sender retries, and a copy that did land
+		// is caught by the consuming source's own key.
+		h.letGo(ctx, s, e.Key)
+		h.log.Warn("webhook not stored: publish not confirmed", "key", e.Key, "err", err)
+		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookTargetUnavailable, "broker unavailable", unavailableRetryAfter)
+		return
+	}
+	s.Succeeded(ctx, committed{h, e.Key})
+	h.m.Enqueued.Inc()
+	w.WriteHeader(http.StatusOK)
+}
+
 // keyReused answers an event whose id was stored with another body, by
 // key_reuse, and reports whether it is to be stored all the same
 // (forward). Under dead_letter it is refused with 422, as Stripe answers
 // an idempotency key reused with other parameters: a retry cannot help,
 // and nothing is stored. Under warn it is answered as a duplicate.
-func (h *Handler) keyReused(ctx context.Context, w http.ResponseWriter, full, key string, d seenset.Digest) bool {
+func (h *Handler) keyReused(ctx context.Context, w http.ResponseWriter, s *claim.Session, key string) bool {
 	h.m.KeyReuse.Inc()
-	stored := "unknown"
-	sctx, cancel := context.WithTimeout(ctx, h.o.OpTimeout)
-	if st, err := h.claims.Store().Status(sctx, full); err == nil && st.State == seenset.Done {
-		stored = seenset.TokenDigest(st.Token)
-	}
-	cancel()
-	attrs := []any{"key", key, "digest", d.String(), "stored_digest", stored}
+	attrs := []any{"key", key, "digest", s.Digest(), "stored_digest", s.StoredDigest(ctx)}
 	switch h.o.KeyReuse {
 	case claim.KeyReuseDeadLetter:
 		h.log.Warn("event id reused with a different body: refused with 422 (key_reuse: dead_letter)", attrs...)
@@ -437,8 +443,8 @@ func (h *Handler) answer(w http.ResponseWriter, res forward.Result) {
 
 // forward sends the event to the app, holding the claim (renewing its
 // lease) for as long as the request is open.
-func (h *Handler) forward(full, token, key string, from time.Time, body []byte, ct string, meta []forward.Header, headers map[string]string, slow func()) forward.Result {
-	stop := h.claims.Hold(full, token, from, func(error) {
+func (h *Handler) forward(s *claim.Session, key string, body []byte, ct string, meta []forward.Header, headers map[string]string, slow func()) forward.Result {
+	stop := s.Hold(func(error) {
 		h.log.Error("lease lost while forwarding: another request claimed the event and may forward it too", "key", key)
 	})
 	defer stop()
@@ -453,12 +459,11 @@ func (h *Handler) forward(full, token, key string, from time.Time, body []byte, 
 	})
 }
 
-// settle does to the claim what the forward's result asks (claim.Decide),
-// as the pipeline does for a broker message.
-func (h *Handler) settle(ctx context.Context, full, token, key string, res forward.Result) {
-	switch claim.Decide(res) {
+// settle does to the claim what the forward's result asks
+// (claim.Session.Forwarded), as the pipeline does for a broker message.
+func (h *Handler) settle(ctx context.Context, s *claim.Session, key string, res forward.Result) {
+	switch act, err := s.Forwarded(ctx, res, h.hard.Err() != nil, committed{h, key}); act {
 	case claim.Commit:
-		h.commit(ctx, full, token, key)
 		h.m.Forwarded.Inc()
 		if res.Slow {
 			h.log.Info("late answer from the app: the event is done", "key", key, "status", res.Status, "took", res.Duration)
@@ -467,50 +472,41 @@ func (h *Handler) settle(ctx context.Context, full, token, key string, res forwa
 		if res.Abandoned {
 			h.log.Error("no answer from the app within app.max_request_time; giving up on the request while the app may still be working on it, so a retried event may now overlap it", "key", key)
 		}
-		until := time.Now()
-		if h.hard.Err() != nil {
-			// Cut short by the shutdown: the app may go on with it for as
-			// long as a request may last.
-			until = until.Add(h.o.MaxRequestTime - res.Duration)
-		}
-		_ = h.claims.Keep(ctx, full, token, until)
 		h.log.Info("no answer from the app; the event's key stays claimed for a lease so it is not sent again while the request may still run", "key", key, "reason", res.Reason)
 	default:
-		h.release(ctx, full, token, key)
+		h.releaseFailed(key, err)
 		h.log.Warn("webhook not processed: the app did not succeed", "key", key, "status", res.Status, "reason", res.Reason)
 	}
 }
 
-// commit records the event as done. When it cannot, the event is stored
-// (published or processed) all the same, so the answer is still 2xx: a
-// redelivery then finds the key inflight until the lease ends and is
-// stored again after it — a duplicate the broker source (or the app's
-// Idempotency-Key) catches, never a loss.
-func (h *Handler) commit(ctx context.Context, full, token, key string) {
-	err := h.claims.Commit(ctx, full, token)
+// committed logs what became of an event's commit. When it failed, the
+// event is stored (published or processed) all the same, so the answer
+// is still 2xx: a redelivery then finds the key inflight until the lease
+// ends and is stored again after it — a duplicate the broker source (or
+// the app's Idempotency-Key) catches, never a loss.
+type committed struct {
+	h   *Handler
+	key string
+}
+
+func (c committed) Committed(err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, seenset.ErrNotOwner):
-		h.log.Error("commit refused: the lease expired and another request claimed the event", "key", key)
+		c.h.log.Error("commit refused: the lease expired and another request claimed the event", "key", c.key)
 	default:
-		h.log.Error("webhook stored but its key could not be recorded; a redelivery after the lease is stored again", "key", key, "err", err)
+		c.h.log.Error("webhook stored but its key could not be recorded; a redelivery after the lease is stored again", "key", c.key, "err", err)
 	}
 }
 
-func (h *Handler) release(ctx context.Context, full, token, key string) {
-	err := h.claims.Release(ctx, full, token)
+func (h *Handler) letGo(ctx context.Context, s *claim.Session, key string) {
+	h.releaseFailed(key, s.LetGo(ctx))
+}
+
+func (h *Handler) releaseFailed(key string, err error) {
 	if err != nil && !errors.Is(err, seenset.ErrNotOwner) {
-		h.log.Log(context.Background(), storeErrLevel(err), "webhook claim not released; it frees up when its lease ends", "key", key, "err", err)
+		h.log.Log(context.Background(), claim.LogLevel(err), "webhook claim not released; it frees up when its lease ends", "key", key, "err", err)
 	}
-}
-
-// storeErrLevel: a store that is down is reported once by the state log;
-// a request's own line about it is debug.
-func storeErrLevel(err error) slog.Level {
-	if errors.Is(err, seenset.ErrUnavailable) {
-		return slog.LevelDebug
-	}
-	return slog.LevelWarn
 }
 
 // dropHeaders are never passed on: framing, credentials and cookies.

@@ -1,4 +1,4 @@
-package pipeline
+package claim
 
 import (
 	"sync"
@@ -6,7 +6,7 @@ import (
 )
 
 // keptClaims records the keys whose claim this process left to expire
-// because their last request may still be running at the app (keepClaim):
+// because their last request may still be running at the app (Session.keep):
 // another delivery of such a key finds it busy, and the log must say it is
 // held here, not by another replica. Only timed-out or aborted requests
 // land here, so one lock will do.
@@ -30,13 +30,6 @@ func (k *keptClaims) keep(key string, until time.Time) {
 	k.m[key] = until
 }
 
-// here reports whether this process left key claimed and its lease may
-// still run.
-func (k *keptClaims) here(key string) bool {
-	_, ok := k.until(key)
-	return ok
-}
-
 // until reports when the claim this process left on key runs out, if it
 // may still run.
 func (k *keptClaims) until(key string) (time.Time, bool) {
@@ -58,12 +51,4 @@ func (l *localClaims) takenHere(key, token string) bool {
 	defer s.mu.Unlock()
 	c, ok := s.m[key]
 	return ok && c.token != token
-}
-
-// busyReason says who holds a key found busy that no local claim holds.
-func (w *work) busyReason() string {
-	if w.p.kept.here(w.full) {
-		return "key busy: claimed by this replica, whose last request for it may still run at the app"
-	}
-	return "key busy on another replica"
 }

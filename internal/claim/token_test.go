@@ -1,19 +1,19 @@
-package pipeline
+package claim
 
 import (
 	"strings"
 	"testing"
 )
 
-// A token is a random 11-character prefix per pipeline (64 bits,
-// base64url) and a base-36 counter: distinct within a pipeline and
-// between pipelines (replicas), with no ':' that could be read as part
+// A token is a random 11-character prefix per protocol (64 bits,
+// base64url) and a base-36 counter: distinct within a protocol and
+// between protocols (replicas), with no ':' that could be read as part
 // of the value's "inflight:"/"done:" form.
 func TestTokensUniqueAndShort(t *testing.T) {
 	seen := map[string]bool{}
 	for range 3 {
 		p := New(Options{})
-		first := p.newToken()
+		first := p.tokens.Next()
 		prefix := first[:len(first)-1]
 		if len(prefix) != 11 || first[len(first)-1] != '1' {
 			t.Fatalf("first token %q: want an 11-character prefix and the counter 1", first)
@@ -21,7 +21,7 @@ func TestTokensUniqueAndShort(t *testing.T) {
 		seen[first] = true
 		var tok string
 		for range 1295 { // to 36²: the counter reaches 3 digits
-			tok = p.newToken()
+			tok = p.tokens.Next()
 			if seen[tok] || strings.Contains(tok, ":") {
 				t.Fatalf("token %q repeated or holds ':'", tok)
 			}

@@ -1,4 +1,4 @@
-package pipeline
+package claim
 
 import (
 	"hash/maphash"
@@ -6,7 +6,7 @@ import (
 )
 
 // localClaims records the keys this process holds or is claiming, so that a
-// message that finds its key busy can tell "another replica has it" from
+// session that finds its key busy can tell "another replica has it" from
 // "this replica is forwarding it right now". In the second case it waits
 // here for that outcome — the original commits (the message is then a
 // duplicate, acked with no second forward) or gives the key up — instead
@@ -158,19 +158,4 @@ func (l *localClaims) waitFor(key string) <-chan struct{} {
 		s.m[key] = c
 	}
 	return c.done
-}
-
-// holdLocal records the claim this message now holds.
-func (w *work) holdLocal(token string) {
-	w.p.locals.hold(w.full, token)
-	w.c.local = token
-}
-
-// dropLocal lets go of the local record of the claim, if any: the claim
-// was committed, released, or left to expire.
-func (w *work) dropLocal() {
-	if w.c.local != "" {
-		w.p.locals.drop(w.full, w.c.local)
-		w.c.local = ""
-	}
 }
