@@ -465,7 +465,11 @@ func (s *StreamSource) delivery(ss *session, e entry) *streamDelivery {
 func streamMessage(o Options, fields map[string]any) broker.Message {
 	m := broker.Message{Source: o.Name, Kind: Kind, Queue: o.Stream}
 	for k, v := range fields {
-		sv := fmt.Sprint(v)
+		// go-redis gives every field as a string; fmt only for anything else.
+		sv, ok := v.(string)
+		if !ok {
+			sv = fmt.Sprint(v)
+		}
 		if k == o.BodyField {
 			m.Body = []byte(sv)
 			continue
