@@ -58,6 +58,9 @@ type Call struct {
 	Args     []any
 	Cmd      []any
 	IntReply bool
+	// merge: an XACK of one ID (Cmd is XACK stream group id) that joins
+	// the other XACKs of its pipeline on the same stream and group.
+	merge bool
 
 	N      int64
 	Val    string
@@ -118,6 +121,23 @@ func (b *Batcher) DoCmd(ctx context.Context, cmd ...any) (val string, absent boo
 // DoInt runs one plain command whose reply is an integer (XACK, LREM).
 func (b *Batcher) DoInt(ctx context.Context, cmd ...any) (int64, error) {
 	c := &Call{ctx: ctx, Cmd: cmd, IntReply: true, done: make(chan struct{})}
+	if err := b.wait(c); err != nil {
+		return 0, err
+	}
+	return c.N, nil
+}
+
+// XAck acks one entry of a stream's consumer group. The XAcks that wait
+// for the same pipeline on the same stream and group go out as one XACK
+// with every ID, so a batch of acks costs Redis one command instead of
+// one per entry. XACK answers only how many of its IDs were pending, so
+// the reply is 1 when every ID of that XACK was (this one was), 0 when
+// this entry went alone and was not pending, and -1 when a shared XACK
+// acked fewer than it carried: every entry of it is acked now, but
+// whether this one still was pending is not known. On a Cluster the
+// stream's one key keeps every merged XACK on one node.
+func (b *Batcher) XAck(ctx context.Context, stream, group, id string) (int64, error) {
+	c := &Call{ctx: ctx, Cmd: []any{"XACK", stream, group, id}, IntReply: true, merge: true, done: make(chan struct{})}
 	if err := b.wait(c); err != nil {
 		return 0, err
 	}
@@ -272,15 +292,47 @@ func (b *Batcher) exec(batch []*Call) {
 	defer cancel()
 	pipe := b.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(live))
+	var acks map[[2]any]*xack
 	for i, c := range live {
+		if c.merge {
+			// XACK stream group id: one XACK per stream and group, sent
+			// where the first of them stood.
+			k := [2]any{c.Cmd[1], c.Cmd[2]}
+			if acks == nil {
+				acks = map[[2]any]*xack{}
+			}
+			if x := acks[k]; x != nil {
+				x.calls = append(x.calls, c)
+				x.args = append(x.args, c.Cmd[3])
+				continue
+			}
+			acks[k] = &xack{calls: []*Call{c}, args: append([]any(nil), c.Cmd...)}
+			continue
+		}
 		if c.Cmd != nil {
 			cmds[i] = pipe.Do(ctx, c.Cmd...)
 			continue
 		}
 		cmds[i] = c.Script.EvalSha(ctx, pipe, c.Keys, c.Args...)
 	}
+	// In the order the first of each stood, so one caller's commands keep
+	// their order in the pipeline.
+	for _, c := range live {
+		if !c.merge {
+			continue
+		}
+		if x := acks[[2]any{c.Cmd[1], c.Cmd[2]}]; x != nil && x.calls[0] == c {
+			x.cmd = pipe.Do(ctx, x.args...)
+		}
+	}
 	_, _ = pipe.Exec(ctx)
+	for _, x := range acks {
+		x.answer()
+	}
 	for i, c := range live {
+		if c.merge {
+			continue
+		}
 		if c.Cmd != nil {
 			c.setReply(cmds[i])
 			c.finish()
@@ -293,6 +345,30 @@ func (b *Batcher) exec(batch []*Call) {
 			n, err = c.Script.Run(ctx, b.c, c.Keys, c.Args...).Int64()
 		}
 		c.N, c.Err = n, err
+		c.finish()
+	}
+}
+
+// xack is the one XACK that carries the XAck calls of a pipeline on one
+// stream and group.
+type xack struct {
+	calls []*Call
+	args  []any
+	cmd   *redis.Cmd
+}
+
+// answer gives each call of the shared XACK its reply (see XAck).
+func (x *xack) answer() {
+	n, err := x.cmd.Int64()
+	for _, c := range x.calls {
+		switch {
+		case err != nil:
+			c.Err = err
+		case len(x.calls) == 1 || n == int64(len(x.calls)):
+			c.N = min(n, 1)
+		default:
+			c.N = -1
+		}
 		c.finish()
 	}
 }

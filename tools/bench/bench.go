@@ -138,6 +138,12 @@ type row struct {
 	cmdsPerMsg  float64 // INFO commandstats calls per message, drain, scripts' inner calls included
 	scriptsMsg  float64 // EVAL/EVALSHA per message, drain
 	tripsPaced  float64 // round trips per message in the paced (steady) phase
+	// Redis rows: what the drain cost the broker Redis (the second
+	// private redis-server), per message, for every row (bare ones too).
+	broker *brokerRedisCost
+	// instrPerMsg joins the instructions section's count of this row's
+	// consumer when it ran in the same invocation (0: not counted).
+	instrPerMsg float64
 	latN        int
 	p50, p99    time.Duration
 	latWhat     string  // "publish→app" or "publish→consume"
@@ -349,6 +355,14 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 		r.err = err
 		return r
 	}
+	rb, _ := br.(*redisBroker)
+	var broker0 redisStats
+	if rb != nil {
+		if broker0, err = rb.server.snapshot(ctx); err != nil {
+			r.err = fmt.Errorf("broker Redis: %w", err)
+			return r
+		}
+	}
 	c, err := b.startChild(ctx, br, d, k, id, profileDir != "")
 	if err != nil {
 		r.err = err
@@ -399,6 +413,14 @@ func (b *bench) runRow(ctx context.Context, br broker, k rowKind, profileDir str
 	if err != nil {
 		r.err = err
 		return r
+	}
+	if rb != nil {
+		broker2, err := rb.server.snapshot(ctx)
+		if err != nil {
+			r.err = fmt.Errorf("broker Redis: %w", err)
+			return r
+		}
+		r.broker = newBrokerRedisCost(broker2, broker0, n)
 	}
 	r.drained = last.settled - first.settled
 	r.drainTime = last.t.Sub(first.t)

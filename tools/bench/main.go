@@ -107,8 +107,10 @@ type options struct {
 	profileFor time.Duration
 	timeout    time.Duration
 	verbose    bool
-	// only picks one part of the benchmark: "" (all), "rows",
-	// "webhook" or "failover".
+	// only picks parts of the benchmark, comma-separated: "" (all but
+	// instructions), "rows", "webhook", "failover", "slow",
+	// "instructions"; "rows,instructions" joins each row's instruction
+	// count into the table.
 	only string
 	// The webhook rows: burst size and concurrent senders.
 	whN       int
@@ -128,6 +130,15 @@ type options struct {
 	// on one drain under valgrind.
 	instrSizes   [2]int
 	instrTimeout time.Duration
+}
+
+// runs says whether -only asks for part: every part but instructions
+// when -only is empty.
+func (o options) runs(part string) bool {
+	if o.only == "" {
+		return part != "instructions"
+	}
+	return slices.Contains(strings.Split(o.only, ","), part)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -165,7 +176,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.profileFor, "profile-time", 4*time.Second, "CPU profile duration of the -profile runs")
 	fs.DurationVar(&o.timeout, "row-timeout", 90*time.Second, "give up on a row's drain after this long")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
-	fs.StringVar(&o.only, "only", "", "run one part only: rows (the table), webhook (the webhook rows), failover (the Kafka failover section), slow (the Kafka slow-app section) or instructions (instructions per message under callgrind)")
+	fs.StringVar(&o.only, "only", "", "run these parts only, comma-separated: rows (the table), webhook (the webhook rows), failover (the Kafka failover section), slow (the Kafka slow-app section), instructions (instructions per message under callgrind; with rows, joined into the table)")
 	fs.IntVar(&o.slowN, "slow-n", 2000, "slow-app section: keyless records drained per ordering mode")
 	fs.DurationVar(&o.slowHang, "slow-hang", 12*time.Second, "slow-app section: how long the 1% of messages that hang make the app wait")
 	fs.DurationVar(&o.slowTimeout, "slow-timeout", 5*time.Minute, "slow-app section: give up on one drain after this long")
@@ -197,7 +208,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench: -kafka-ordering partition|key, -seenset redis|memory, -max-in-flight ≥ 1, -app-delay ≥ 0")
 		return 2
 	}
-	if o.only != "" && o.only != "rows" && o.only != "webhook" && o.only != "failover" && o.only != "slow" && o.only != "instructions" || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 || o.whRate < 0 || o.slowN < 1 {
+	badPart := false
+	for p := range strings.SplitSeq(o.only, ",") {
+		badPart = badPart || o.only != "" && !slices.Contains([]string{"rows", "webhook", "failover", "slow", "instructions"}, p)
+	}
+	if badPart || o.foRate < 1 || o.whN < 1 || o.whSenders < 1 || o.whRate < 0 || o.slowN < 1 {
 		fmt.Fprintln(stderr, "bench: -only rows|webhook|failover|slow|instructions, -failover-rate, -webhook-n, -webhook-senders, -slow-n ≥ 1")
 		return 2
 	}
@@ -230,19 +245,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	rep := &report{o: o, machine: b.machine(ctx)}
 	brokers := strings.Split(o.brokers, ",")
-	if o.only == "failover" || o.only == "webhook" || o.only == "slow" {
-		brokers = nil
-	}
-	if o.only == "instructions" {
-		for _, name := range brokers {
-			brs, missing := b.brokersNamed(strings.TrimSpace(name))
-			if brs == nil {
-				rep.instr = append(rep.instr, &instrSection{broker: name, sizes: o.instrSizes, missing: missing})
-			}
-			for _, br := range brs {
-				rep.instr = append(rep.instr, b.measureInstructions(ctx, br))
-			}
-		}
+	if !o.runs("rows") {
 		brokers = nil
 	}
 	for _, name := range brokers {
@@ -263,13 +266,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if (o.only == "" || o.only == "webhook") && slices.Contains(strings.Split(o.brokers, ","), "rabbitmq") && ctx.Err() == nil {
+	if o.runs("instructions") {
+		for _, name := range strings.Split(o.brokers, ",") {
+			if ctx.Err() != nil {
+				break
+			}
+			brs, missing := b.brokersNamed(strings.TrimSpace(name))
+			if brs == nil {
+				rep.instr = append(rep.instr, &instrSection{broker: name, sizes: o.instrSizes, missing: missing})
+			}
+			for _, br := range brs {
+				rep.instr = append(rep.instr, b.measureInstructions(ctx, br))
+			}
+		}
+		rep.joinInstructions()
+	}
+	if o.runs("webhook") && slices.Contains(strings.Split(o.brokers, ","), "rabbitmq") && ctx.Err() == nil {
 		rep.webhook = b.measureWebhook(ctx)
 	}
-	if (o.only == "" || o.only == "slow") && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
+	if o.runs("slow") && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
 		rep.slow = b.measureSlow(ctx)
 	}
-	if (o.only == "" || o.only == "failover") && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
+	if o.runs("failover") && slices.Contains(strings.Split(o.brokers, ","), "kafka") && ctx.Err() == nil {
 		rep.failover = b.measureFailover(ctx)
 	}
 	if o.profileDir != "" && ctx.Err() == nil {

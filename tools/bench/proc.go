@@ -464,6 +464,7 @@ type redisDelta struct {
 	cmds    int64 // commands executed, inner calls of scripts included, INFO excluded
 	scripts int64 // EVAL/EVALSHA/FCALL calls
 	cpu     time.Duration
+	calls   map[string]int64 // per command, INFO excluded
 }
 
 func (s *redisServer) snapshot(ctx context.Context) (redisStats, error) {
@@ -493,9 +494,12 @@ func (s *redisServer) snapshot(ctx context.Context) (redisStats, error) {
 }
 
 func (a redisStats) sub(b redisStats) redisDelta {
-	d := redisDelta{trips: a.reads - b.reads - 1, cpu: a.cpu - b.cpu} // a's own INFO was read before it ran
+	d := redisDelta{trips: a.reads - b.reads - 1, cpu: a.cpu - b.cpu, calls: map[string]int64{}} // a's own INFO was read before it ran
 	for name, n := range a.calls {
 		n -= b.calls[name]
+		if n != 0 && name != "info" {
+			d.calls[name] = n
+		}
 		switch name {
 		case "info":
 			continue

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +49,50 @@ func (r *redisBroker) short() string { return "redis-" + r.mode }
 func (r *redisBroker) close()        { _ = r.c.Close() }
 
 func (r *redisBroker) serverPID() int { return r.server.cmd.Process.Pid }
+
+// brokerRedisCost is what one drain cost the broker Redis per message:
+// round trips, commands (the commands inside Lua scripts counted, as
+// INFO commandstats counts them), script calls, and the commands by name.
+type brokerRedisCost struct {
+	trips, cmds, scripts float64
+	byCmd                map[string]float64
+}
+
+func newBrokerRedisCost(after, before redisStats, n int) *brokerRedisCost {
+	d := after.sub(before)
+	c := &brokerRedisCost{trips: float64(d.trips) / float64(n), cmds: float64(d.cmds) / float64(n),
+		scripts: float64(d.scripts) / float64(n), byCmd: map[string]float64{}}
+	for name, v := range d.calls {
+		c.byCmd[name] = float64(v) / float64(n)
+	}
+	return c
+}
+
+// top is the commands that cost at least 0.005 per message, most first:
+// "evalsha 1.00, lmove 1.00, …".
+func (c *brokerRedisCost) top() string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	for k, v := range c.byCmd {
+		if v >= 0.005 {
+			all = append(all, kv{k, v})
+		}
+	}
+	slices.SortFunc(all, func(a, b kv) int {
+		if a.v != b.v {
+			return cmp.Compare(b.v, a.v)
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	parts := make([]string, len(all))
+	for i, x := range all {
+		parts[i] = fmt.Sprintf("%s %.2f", x.k, x.v)
+	}
+	return strings.Join(parts, ", ")
+}
 
 func (r *redisBroker) newDest(_ context.Context, id string) (dest, error) {
 	return &redisDest{b: r, key: id}, nil

@@ -176,13 +176,34 @@ func (r *report) print(w io.Writer) {
 	}
 }
 
-// printTable prints the rows of every broker.
+// joinInstructions puts each instruction count beside its row in the
+// table (the same broker and row letter), when both parts ran.
+func (r *report) joinInstructions() {
+	for _, is := range r.instr {
+		for _, ir := range is.rows {
+			if ir.err != nil || ir.perMsg <= 0 {
+				continue
+			}
+			for _, s := range r.sections {
+				if s.broker != is.broker {
+					continue
+				}
+				if x := s.rowOf(ir.kind); x != nil {
+					x.instrPerMsg = ir.perMsg
+				}
+			}
+		}
+	}
+}
+
+// printTable prints the rows of every broker, every source with the same
+// columns, then what each Redis row cost its Redis servers per message.
 func (r *report) printTable(w io.Writer) {
 	fmt.Fprintln(w)
-	const head = "%-42s %9s %8s %8s %7s %7s %9s %9s %9s %7s\n"
-	fmt.Fprintf(w, head, "", "msgs/s", "p50", "p99", "Redis", "Redis", "consumer", "Redis", "price of", "peak")
-	fmt.Fprintf(w, head, "", "", "latency", "latency", "rt/msg", "cmd/msg", "CPU s", "CPU s", "dedupe s", "RSS")
-	fmt.Fprintf(w, head, "", "", "", "", "", "", "/100k", "/100k", "/100k", "MiB")
+	const head = "%-42s %9s %7s %9s %7s %12s %7s %8s %8s\n"
+	fmt.Fprintf(w, head, "", "msgs/s", "× bare", "price of", "Redis", "instructions", "peak", "p50", "p99")
+	fmt.Fprintf(w, head, "", "", "(b)", "dedupe s", "rt/msg", "per msg", "RSS", "latency", "latency")
+	fmt.Fprintf(w, head, "", "", "", "/100k", "", "", "MiB", "", "")
 	for _, s := range r.sections {
 		fmt.Fprintln(w, s.broker)
 		if s.missing != "" {
@@ -198,34 +219,84 @@ func (r *report) printTable(w io.Writer) {
 				fmt.Fprintf(w, "%-42s error: %v\n", name, row.err)
 				continue
 			}
-			trips, cmds, redisCPU, price := "-", "-", "-", "-"
+			ratio, trips, price, instr := "—", "—", "—", "—"
+			if bare != nil && bare.rate > 0 && row.rate > 0 {
+				ratio = fmt.Sprintf("%.2f", row.rate/bare.rate)
+			}
 			if row.hasRedis {
-				trips, cmds = fmt.Sprintf("%.2f", row.tripsPerMsg), fmt.Sprintf("%.2f", row.cmdsPerMsg)
-				redisCPU = fmt.Sprintf("%.2f", row.cpuRedis)
+				trips = fmt.Sprintf("%.2f", row.tripsPerMsg)
 			}
 			if p, ok := priceOfDedupe(row, bare); ok {
 				price = fmt.Sprintf("%.2f", p)
+			}
+			if row.instrPerMsg > 0 {
+				instr = thousands(row.instrPerMsg)
 			}
 			p50, p99 := ms(row.p50), ms(row.p99)
 			if row.latWhat == "publish→consume" {
 				p50, p99 = p50+"*", p99+"*"
 			}
-			fmt.Fprintf(w, "%-42s %9s %8s %8s %7s %7s %9.2f %9s %9s %7.1f\n", name, thousands(row.rate), p50, p99,
-				trips, cmds, row.cpuPer100k, redisCPU, price, row.rssMiB)
+			fmt.Fprintf(w, "%-42s %9s %7s %9s %7s %12s %7.1f %8s %8s\n", name, thousands(row.rate), ratio, price,
+				trips, instr, row.rssMiB, p50, p99)
 			if row.err != nil {
 				fmt.Fprintf(w, "      error after measuring: %v\n", row.err)
 			}
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "  msgs/s: drain of the pre-published backlog, from the first settled message to the last.")
-	fmt.Fprintln(w, "  latency: publish→app at the fixed rate, publish time carried in the body; * (a) has no app: publish→consume.")
+	fmt.Fprintln(w, "  msgs/s: drain of the pre-published backlog, from the first settled message to the last; × bare: the")
+	fmt.Fprintln(w, "  ratio to the bare forwarder (b) of the same broker in this run.")
+	fmt.Fprintln(w, "  price of dedupe: the consumer's CPU above the bare forwarder's (b) plus the seen-set Redis's, per")
+	fmt.Fprintln(w, "  100k messages over the drain (/proc/<pid>/stat utime+stime; INFO used_cpu_*).")
 	fmt.Fprintln(w, "  Redis rt/msg: network round trips (INFO total_reads_processed) of the seen-set Redis per message")
-	fmt.Fprintln(w, "  during the drain; cmd/msg: INFO commandstats calls per message, commands inside Lua scripts included.")
-	fmt.Fprintln(w, "  consumer CPU: the consumer process (/proc/<pid>/stat utime+stime over the drain); Redis CPU: the")
-	fmt.Fprintln(w, "  seen-set redis-server's; price of dedupe: the consumer's CPU above the bare forwarder's (b) plus the")
-	fmt.Fprintln(w, "  seen-set Redis's, per 100k messages. peak RSS: the consumer's VmHWM.")
+	fmt.Fprintln(w, "  during the drain (the broker Redis of the Redis rows: below).")
+	fmt.Fprintln(w, "  instructions per msg: from the instructions section (callgrind) when it ran in this invocation")
+	fmt.Fprintln(w, "  (-only rows,instructions), \"—\" otherwise or for rows it does not count ((b), (c) and (c0) only).")
+	fmt.Fprintln(w, "  peak RSS: the consumer's VmHWM. latency: publish→app at the fixed rate, publish time carried in the")
+	fmt.Fprintln(w, "  body; * (a) has no app: publish→consume.")
 	fmt.Fprintln(w, "  (e): Kafka ordering key (different record keys of a partition overlap, max_in_flight), 0% duplicates.")
+	r.printRedisCost(w)
+}
+
+// printRedisCost prints what each row cost Redis per message during the
+// drain: the seen-set's commands and scripts, and for the Redis sources
+// the broker Redis's round trips, commands and scripts, by command.
+func (r *report) printRedisCost(w io.Writer) {
+	some := false
+	for _, s := range r.sections {
+		for _, x := range s.rows {
+			some = some || x.hasRedis || x.broker != nil
+		}
+	}
+	if !some {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Redis per message during the drain (INFO commandstats; commands inside Lua scripts counted):")
+	const head = "%-42s %8s %8s %8s %8s %8s  %s\n"
+	fmt.Fprintf(w, head, "", "seen-set", "seen-set", "broker", "broker", "broker", "broker Redis commands per message")
+	fmt.Fprintf(w, head, "", "cmd/msg", "scripts", "rt/msg", "cmd/msg", "scripts", "")
+	for _, s := range r.sections {
+		if s.missing != "" {
+			continue
+		}
+		fmt.Fprintln(w, s.broker)
+		for _, x := range s.rows {
+			if x.rate == 0 || !x.hasRedis && x.broker == nil {
+				continue
+			}
+			sc, ss, bt, bc, bs, top := "—", "—", "—", "—", "—", ""
+			if x.hasRedis {
+				sc, ss = fmt.Sprintf("%.2f", x.cmdsPerMsg), fmt.Sprintf("%.2f", x.scriptsMsg)
+			}
+			if c := x.broker; c != nil {
+				bt, bc, bs, top = fmt.Sprintf("%.2f", c.trips), fmt.Sprintf("%.2f", c.cmds), fmt.Sprintf("%.2f", c.scripts), c.top()
+			}
+			fmt.Fprintf(w, head, fmt.Sprintf("  (%s) %s", x.kind.letter(), x.kind.label()), sc, ss, bt, bc, bs, top)
+		}
+	}
+	fmt.Fprintln(w, "  broker: the Redis sources' broker redis-server (every row, bare ones too), from just before the")
+	fmt.Fprintln(w, "  consumer started to the end of the drain; the fixed-rate phase is not in it.")
 }
 
 // priceOfDedupe is what dedupe costs per 100k messages: the proxy's CPU

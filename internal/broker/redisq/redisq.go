@@ -229,10 +229,7 @@ func (s *Source) session(ctx context.Context, h broker.Handler, reconnect bool) 
 	var workers, beat sync.WaitGroup
 	beat.Add(1)
 	go func() { defer beat.Done(); s.heartbeat(bg, ss, stopBeat) }()
-	for range s.o.Workers {
-		workers.Add(1)
-		go func() { defer workers.Done(); s.work(bg, ss, stop, h) }()
-	}
+	s.consume(bg, ss, stop, h, &workers)
 	defer func() { close(stopBeat); beat.Wait() }()
 	select {
 	case <-ctx.Done():
@@ -427,42 +424,94 @@ func (s *Source) takeBabelQueue(ctx context.Context) error {
 	return nil
 }
 
-// reserve moves the next element into the processing list: at once
-// when the queue has one, else waiting up to a second (Redis' smallest
-// whole timeout, which bounds how long stopping waits for an idle
-// worker). redis.Nil when nothing came.
-func (s *Source) reserve(ctx context.Context, proc string) (elem []byte, redelivered bool, err error) {
-	res, err := reserveScript.Run(ctx, s.rdb, []string{s.k.queue, proc, s.k.redelivered}).Slice()
-	if err == nil && len(res) == 2 {
-		v, _ := res[0].(string)
-		n, _ := res[1].(int64)
-		return []byte(v), n == 1, nil
-	}
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, false, err
-	}
-	v, err := s.rdb.BLMove(ctx, s.k.queue, proc, "LEFT", "LEFT", time.Second).Bytes()
-	if err != nil {
-		return nil, false, err
-	}
-	// The element is reserved here now and must be handed out: when the
-	// mark cannot be read, it is taken as redelivered (the mark only
-	// informs the app; a broken connection fails the settle after).
-	n, err := s.rdb.HExists(ctx, s.k.redelivered, digest(v)).Result()
-	return v, n || err != nil, nil
+// reserved is one element reserved into this replica's processing list.
+type reserved struct {
+	elem        []byte
+	redelivered bool
 }
 
-// work reserves elements one at a time and hands each to h.
-func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h broker.Handler) {
+// maxReserve bounds one reservation: the script pushes its elements in
+// one LPUSH, and Lua's unpack takes a few thousand values at most.
+const maxReserve = 256
+
+// consume starts the workers and the one goroutine that reserves for
+// them: as many elements at once as there are workers waiting, and no
+// more, so a dead replica's list given back to the head of the queue is
+// what the next idle worker gets, as if each worker reserved for itself.
+// wg counts them all.
+func (s *Source) consume(ctx context.Context, ss *session, stop <-chan struct{}, h broker.Handler, wg *sync.WaitGroup) {
+	l := &lineup{work: make(chan reserved), wake: make(chan struct{}, 1)}
+	var workers sync.WaitGroup
+	for range s.o.Workers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l.idle.Add(1)
+				select {
+				case l.wake <- struct{}{}:
+				default:
+				}
+				select {
+				case r := <-l.work:
+					ss.out.Add()
+					h(&delivery{s: s, ss: ss, msg: broker.Message{
+						Body:        r.elem,
+						Source:      s.o.Name,
+						Kind:        Kind,
+						Queue:       s.o.Queue,
+						Redelivered: r.redelivered,
+						Received:    time.Now(),
+					}})
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.fetch(ctx, ss, stop, l)
+		workers.Wait()
+	}()
+}
+
+// lineup is how the workers wait for the fetcher: idle counts the
+// workers waiting on work (a worker counts itself in, the fetcher counts
+// out each it hands an element to), wake tells the fetcher one came.
+type lineup struct {
+	work chan reserved
+	idle atomic.Int32
+	wake chan struct{}
+}
+
+// fetch reserves elements for the idle workers and hands them out until
+// stop.
+func (s *Source) fetch(ctx context.Context, ss *session, stop <-chan struct{}, l *lineup) {
 	retry := backoff.New(backoff.Policy{Initial: s.o.ReconnectInitial, Max: s.o.ReconnectMax})
 	proc := s.k.processing(s.o.Replica)
 	for {
+		n := int(min(l.idle.Load(), maxReserve))
+		if n == 0 {
+			select {
+			case <-stop:
+				return
+			case <-l.wake:
+				continue
+			}
+		}
 		select {
 		case <-stop:
 			return
 		default:
 		}
-		v, redelivered, err := s.reserve(ctx, proc)
+		rs, err := s.reserve(ctx, proc, n)
 		if errors.Is(err, redis.Nil) {
 			s.reading("redis: reserving again")
 			continue
@@ -484,22 +533,73 @@ func (s *Source) work(ctx context.Context, ss *session, stop <-chan struct{}, h 
 		}
 		retry.Reset()
 		s.reading("redis: reserving again")
-		select {
-		case <-stop:
-			// Fetched but never handed out: the session's end gives the
-			// processing list back.
-			return
-		default:
+		for i, r := range rs {
+			select {
+			case l.work <- r:
+				l.idle.Add(-1)
+			case <-stop:
+				// Reserved and never handed out: back to the head of the
+				// queue unmarked, or with the processing list (after a
+				// failed connection, by the next session).
+				select {
+				case <-ss.failed:
+				default:
+					s.unreserve(ctx, rs[i:])
+				}
+				return
+			}
 		}
-		ss.out.Add()
-		h(&delivery{s: s, ss: ss, msg: broker.Message{
-			Body:        v,
-			Source:      s.o.Name,
-			Kind:        Kind,
-			Queue:       s.o.Queue,
-			Redelivered: redelivered,
-			Received:    time.Now(),
-		}})
+	}
+}
+
+// reserve moves up to n elements into the processing list in one script
+// when the queue has some, else waits up to a second for one (Redis'
+// smallest whole timeout, which bounds how long stopping waits for an
+// idle replica). redis.Nil when nothing came.
+func (s *Source) reserve(ctx context.Context, proc string, n int) ([]reserved, error) {
+	res, err := reserveScript.Run(ctx, s.rdb, []string{s.k.queue, proc, s.k.redelivered}, n).Slice()
+	if err == nil && len(res) == 2 {
+		vs, _ := res[0].([]any)
+		marks, _ := res[1].([]any)
+		rs := make([]reserved, len(vs))
+		for i, v := range vs {
+			e, _ := v.(string)
+			rs[i].elem = []byte(e)
+			if i < len(marks) {
+				m, _ := marks[i].(int64)
+				rs[i].redelivered = m == 1
+			}
+		}
+		return rs, nil
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	v, err := s.rdb.BLMove(ctx, s.k.queue, proc, "LEFT", "LEFT", time.Second).Bytes()
+	if err != nil {
+		return nil, err
+	}
+	// The element is reserved here now and must be handed out: when the
+	// mark cannot be read, it is taken as redelivered (the mark only
+	// informs the app; a broken connection fails the settle after).
+	marked, err := s.rdb.HExists(ctx, s.k.redelivered, digest(v)).Result()
+	return []reserved{{elem: v, redelivered: marked || err != nil}}, nil
+}
+
+// unreserve moves elements reserved and never handed out back to the
+// head of the queue, in their order, without a redelivery mark: they
+// never reached the app. What it cannot move stays in the processing
+// list, which the session's end gives back.
+func (s *Source) unreserve(ctx context.Context, rs []reserved) {
+	if len(rs) == 0 {
+		return
+	}
+	args := make([]any, len(rs))
+	for i, r := range rs {
+		args[i] = r.elem
+	}
+	if err := unreserveScript.Run(ctx, s.rdb, []string{s.k.processing(s.o.Replica), s.k.queue}, args...).Err(); err != nil {
+		s.log.Debug("redis: giving back elements read ahead", "elements", len(rs), "err", err)
 	}
 }
 
@@ -526,6 +626,13 @@ func (d *delivery) Ack(ctx context.Context) error {
 	defer d.counted()
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
+	}
+	if !d.msg.Redelivered {
+		// Unmarked when reserved: no mark to remove, so a plain LREM
+		// instead of the script. From the tail, where the oldest
+		// reservations are.
+		n, err := d.s.batch.DoInt(ctx, "LREM", d.s.k.processing(d.s.o.Replica), -1, d.msg.Body)
+		return d.answer("ack", n, err)
 	}
 	return d.run(ctx, "ack", ackScript, []string{d.s.k.processing(d.s.o.Replica), d.s.k.redelivered}, d.msg.Body)
 }
@@ -563,6 +670,12 @@ func (d *delivery) DeadLetter(ctx context.Context, info broker.DeadLetterInfo) e
 // the element, still reserved, is given back on reconnect.
 func (d *delivery) run(ctx context.Context, what string, sc *redis.Script, keys []string, args ...any) error {
 	n, err := d.s.batch.Do(ctx, sc, keys, args...)
+	return d.answer(what, n, err)
+}
+
+// answer is a settle's outcome from its reply: how many elements it took
+// from the processing list.
+func (d *delivery) answer(what string, n int64, err error) error {
 	if err != nil {
 		if !isReply(err) {
 			d.ss.fail(fmt.Errorf("%s: %w", what, err))

@@ -10,7 +10,7 @@ import "github.com/redis/go-redis/v9"
 
 // ack: KEYS processing, redelivered; ARGV element. 1 removed, 0 not there.
 var ackScript = redis.NewScript(`
-local n = redis.call('LREM', KEYS[1], 1, ARGV[1])
+local n = redis.call('LREM', KEYS[1], -1, ARGV[1])
 if n == 1 then redis.call('HDEL', KEYS[2], redis.sha1hex(ARGV[1])) end
 return n`)
 
@@ -54,13 +54,41 @@ end
 if ARGV[2] ~= '1' then redis.call('SREM', KEYS[4], ARGV[1]) end
 return n`)
 
-// reserve is the reservation when the queue is not empty: the move and
-// the redelivery mark in one round trip instead of BLMOVE and HEXISTS.
-// KEYS queue, processing, redelivered. false when the queue is empty.
+// reserve moves up to ARGV[1] elements from the head of the queue into
+// the processing list, as as many LMOVE LEFT LEFT would (the oldest ends
+// at the tail), and reads their redelivery marks, in one round trip and
+// a few commands whatever their number: LRANGE, LTRIM, LPUSH, and an
+// HMGET only when some element is marked at all. KEYS queue,
+// processing, redelivered. {elements, marks (1 or 0)}, or false when the
+// queue is empty.
 var reserveScript = redis.NewScript(`
-local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'LEFT')
-if not v then return false end
-return {v, redis.call('HEXISTS', KEYS[3], redis.sha1hex(v))}`)
+local vs = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #vs == 0 then return false end
+redis.call('LTRIM', KEYS[1], #vs, -1)
+redis.call('LPUSH', KEYS[2], unpack(vs))
+local marks = {}
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local ds = {}
+  for i, v in ipairs(vs) do ds[i] = redis.sha1hex(v) end
+  local m = redis.call('HMGET', KEYS[3], unpack(ds))
+  for i = 1, #vs do marks[i] = m[i] and 1 or 0 end
+else
+  for i = 1, #vs do marks[i] = 0 end
+end
+return {vs, marks}`)
+
+// unreserve moves elements reserved and never handed out from the
+// processing list back to the head of the queue, ARGV[1] first, without
+// a redelivery mark. KEYS processing, queue. How many moved.
+var unreserveScript = redis.NewScript(`
+local n = 0
+for i = #ARGV, 1, -1 do
+  if redis.call('LREM', KEYS[1], -1, ARGV[i]) == 1 then
+    redis.call('LPUSH', KEYS[2], ARGV[i])
+    n = n + 1
+  end
+end
+return n`)
 
 // redrive moves the oldest dead letter back to the tail of the queue,
 // as a producer's RPUSH, in one step, when it is still ARGV[1] (the one

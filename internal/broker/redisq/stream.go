@@ -124,7 +124,10 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 	// Renewing outlives fetching and the workers: an entry a handler is
 	// still finishing on stop must not go idle and be taken over.
 	stop, stopRenew := make(chan struct{}), make(chan struct{})
-	work := make(chan entry)
+	// One read ahead: the next XREADGROUP's entries wait here while the
+	// workers finish the last ones, so no worker waits for a round trip.
+	// They are pending and held (renewed) like the ones in hand.
+	work := make(chan entry, s.o.Workers)
 	var renewer, workers sync.WaitGroup
 	renewer.Add(1)
 	go func() { defer renewer.Done(); s.renew(bg, ss, stopRenew) }()
@@ -134,9 +137,22 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			for e := range work {
-				ss.out.Add()
-				h(s.delivery(ss, e))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				select {
+				case e, ok := <-work:
+					if !ok {
+						return
+					}
+					ss.out.Add()
+					h(s.delivery(ss, e))
+				case <-stop:
+					return
+				}
 			}
 		}()
 	}
@@ -150,6 +166,12 @@ func (s *StreamSource) run(ctx context.Context, h broker.Handler, reconnect bool
 	s.stopped(err)
 	close(stop)
 	workers.Wait()
+	// Read ahead and never handed out: claimable by anyone at once.
+	var ahead []entry
+	for e := range work {
+		ahead = append(ahead, e)
+	}
+	s.giveBack(bg, ahead)
 	// Deliveries a handler handed on (a busy key waiting in the pipeline)
 	// are requeued by it while their entries are still renewed.
 	if err == nil && !ss.out.Wait(broker.SettleGrace) {
@@ -350,14 +372,29 @@ func (s *StreamSource) renewHeld(ctx context.Context) error {
 
 // giveBack makes entries claimable by the next XAUTOCLAIM of any
 // replica: claimed to this consumer with their idle time already at
-// ClaimIdle. They stay pending all along, so a failure here only means
-// they are taken over ClaimIdle later.
+// ClaimIdle, and uncounted (see idle), with one XCLAIM for all the
+// entries that share a delivery count. They stay pending all along, so a
+// failure here only means they are taken over ClaimIdle later.
 func (s *StreamSource) giveBack(ctx context.Context, es []entry) {
+	if len(es) == 0 {
+		return
+	}
+	byCount := map[int64][]any{}
 	for _, e := range es {
 		s.release(e.id)
-		if err := s.idle(ctx, e, true); err != nil {
-			s.log.Debug("redis stream: give back", "id", e.id, "err", err)
+		c := max(e.count-1, 0)
+		byCount[c] = append(byCount[c], e.id)
+	}
+	for count, ids := range byCount {
+		args := append([]any{"XCLAIM", s.o.Stream, s.o.Group, s.o.Replica, 0}, ids...)
+		args = append(args, "IDLE", s.o.ClaimIdle.Milliseconds(), "RETRYCOUNT", count, "JUSTID")
+		if err := s.rdb.Do(ctx, args...).Err(); err != nil {
+			s.log.Debug("redis stream: give back", "entries", len(ids), "err", err)
 		}
+	}
+	select {
+	case s.poke <- struct{}{}:
+	default:
 	}
 }
 
@@ -427,7 +464,11 @@ func (s *StreamSource) delivery(ss *session, e entry) *streamDelivery {
 func streamMessage(o Options, fields map[string]any) broker.Message {
 	m := broker.Message{Source: o.Name, Kind: Kind, Queue: o.Stream}
 	for k, v := range fields {
-		sv := fmt.Sprint(v)
+		// go-redis gives every field as a string; fmt only for anything else.
+		sv, ok := v.(string)
+		if !ok {
+			sv = fmt.Sprint(v)
+		}
 		if k == o.BodyField {
 			m.Body = []byte(sv)
 			continue
@@ -472,12 +513,19 @@ func (d *streamDelivery) Ack(ctx context.Context) error {
 		return broker.ErrAlreadySettled
 	}
 	d.s.release(d.e.id)
-	n, err := d.s.batch.DoInt(ctx, "XACK", d.s.o.Stream, d.s.o.Group, d.e.id)
+	// The acks of every worker that wait behind one pipeline go out as
+	// one XACK (redisbatch.XAck).
+	n, err := d.s.batch.XAck(ctx, d.s.o.Stream, d.s.o.Group, d.e.id)
 	if err != nil {
 		return d.failed("ack", err)
 	}
-	if n == 0 {
+	switch n {
+	case 0:
 		return fmt.Errorf("redis ack %s: %w", d.e.id, ErrNotReserved)
+	case -1:
+		// Acked now; but the XACK it shared acked fewer entries than it
+		// carried, and XACK does not say which were no longer pending.
+		return fmt.Errorf("redis ack %s: %w (it or another entry acked in the same XACK; every one of them is acked now)", d.e.id, ErrNotReserved)
 	}
 	return nil
 }
