@@ -447,6 +447,7 @@ func (h *Handler) forward(full, token, key string, from time.Time, body []byte, 
 		Body:           body,
 		ContentType:    ct,
 		IdempotencyKey: key,
+		Attempt:        1, // one forward per request: a sender's retry is a delivery of its own
 		Meta:           meta,
 		MessageHeaders: headers,
 		OnSlow:         slow,
