@@ -2,7 +2,9 @@ package docs
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,4 +65,57 @@ func read(t *testing.T, rel string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// The kinds first-afternoon.md says `helm template` prints are all it
+// prints, not some of them: the block is run as the page's test runs it
+// and its output must be its #=> lines, no more.
+func TestFirstAfternoonHelmKinds(t *testing.T) {
+	helm, err := exec.LookPath("helm")
+	if err != nil {
+		gopath, _ := exec.Command("go", "env", "GOPATH").Output()
+		helm = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "helm")
+		if _, err := os.Stat(helm); err != nil {
+			t.Skip("helm is not installed (bash helm/helm.sh installs it)")
+		}
+	}
+	root, _ := filepath.Abs("..")
+	dir := t.TempDir()
+	var block string
+	for _, sec := range parsePage(t, read(t, "docs/"+afternoonPage)) {
+		for _, s := range sec.steps {
+			switch {
+			case s.kind == "file" && s.path == "afternoon/values.yaml":
+				if err := os.WriteFile(filepath.Join(dir, "values.yaml"), []byte(s.body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			case s.kind == "sh" && strings.HasPrefix(s.body, "helm template "):
+				block = s.body
+			}
+		}
+	}
+	if block == "" {
+		t.Fatal("no helm template block")
+	}
+	var want []string
+	cmdline, _, _ := strings.Cut(block, "\n")
+	for _, l := range strings.Split(block, "\n")[1:] {
+		if w, ok := strings.CutPrefix(l, "#=> "); ok {
+			want = append(want, w)
+		}
+	}
+	cmd := exec.Command("bash", "-e", "-o", "pipefail", "-c", strings.ReplaceAll(cmdline, "afternoon/", dir+"/"))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(helm)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", cmdline, err, out)
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("helm template prints\n  %s\nthe page says\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
 }
