@@ -276,12 +276,17 @@ func runCommand() *cobra.Command {
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			cfg, _, _, err := loadConfig(c)
+			cfg, origins, _, err := loadConfig(c)
 			if err != nil {
 				return err
 			}
 			if len(args) == 0 {
 				return runProxy(cfg, c.ErrOrStderr())
+			}
+			// run -- APP is local development, read by a person in the
+			// app's terminal: text logs unless log.format says otherwise.
+			if origins.Of("log.format") == "default" {
+				cfg.Log.Format = "text"
 			}
 			d, _ := c.Flags().GetDuration("app-ready-timeout")
 			return runWithApp(cfg, args, d, c.OutOrStdout(), c.ErrOrStderr())
