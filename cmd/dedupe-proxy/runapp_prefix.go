@@ -14,9 +14,9 @@ const appLinePrefix = "app | "
 // as soon as a part of it arrives, prefix and all in one Write, so a line
 // the app leaves unfinished (a prompt, its last words) is never held back.
 type prefixWriter struct {
-	mu          sync.Mutex
-	w           io.Writer
-	prefix      []byte
+	mu      sync.Mutex
+	w       io.Writer
+	prefix  []byte
 	midLine bool
 	buf     []byte
 }
