@@ -44,7 +44,7 @@ prints one JSON object per message and one for the summary.
 
 func redriveCommand() *cobra.Command {
 	c := &cobra.Command{
-		Use:  "redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N] [-q] [-o text|json]",
+		Use:  "redrive --config FILE --source NAME [--dry-run] [--forget-keys] [--limit N]",
 		Long: redriveHelp,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
