@@ -95,9 +95,9 @@ clean: ## Remove build output
 # as it is).
 check: release-check
 .PHONY: release-check
-release-check: ## Check .goreleaser.yaml (goreleaser check where installed, and its Go test), and go install ...@latest from a local module proxy
+release-check: ## Check .goreleaser.yaml (goreleaser check where installed, and its Go test), go install ...@<commit> from a local module proxy, make install and make release (this platform only)
 	@if command -v goreleaser >/dev/null; then goreleaser check; else echo "goreleaser is not installed: .goreleaser.yaml is checked by its Go test only"; fi
-	DPTEST_GO_INSTALL=1 go test -count=1 -run 'TestReleaseConfig|TestGoInstall' ./cmd/dedupe-proxy/
+	DPTEST_GO_INSTALL=1 DPTEST_RELEASE=1 go test -count=1 -run 'TestReleaseConfig|TestGoInstall|TestMakeRelease|TestMakeInstall|TestReadmeInstallPaths' ./cmd/dedupe-proxy/
 
 .PHONY: chart-check
 chart-check: ## Helm chart: lint, render, strict decode into the Kubernetes types, validate its config (helm/check.sh)
@@ -109,3 +109,37 @@ BENCH_FLAGS ?=
 bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on RabbitMQ, kfake and Redis (list and stream), webhook rows, Kafka slow app, then Kafka failover (~9-10 min)
 	go build -o bin/bench ./tools/bench
 	bin/bench -proxy $(BIN) $(BENCH_FLAGS)
+
+# make install puts the binary of make build in $(DESTDIR)$(PREFIX)/bin.
+PREFIX ?= /usr/local
+.PHONY: install
+install: build ## Install bin/dedupe-proxy into $(PREFIX)/bin (PREFIX=/usr/local; e.g. PREFIX=$HOME/.local)
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/dedupe-proxy
+
+# make release builds, without GoReleaser or Docker, what a release
+# offers for download: one archive per platform (named as .goreleaser.yaml
+# names them), SHA256SUMS over them, and the chart packaged by helm (which
+# helm/helm.sh installs with go install when missing). It publishes
+# nothing. The release test (make release-check) runs it for one platform.
+DIST ?= dist
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_FILES := LICENSE README.md CHANGELOG.md config.example.yaml
+.PHONY: release
+release: ## Binaries for linux, darwin × amd64, arm64 as .tar.gz, SHA256SUMS and the packaged chart in dist/ (nothing is published)
+	@set -euo pipefail; \
+	rm -rf $(DIST); mkdir -p $(DIST); \
+	v=$$(echo '$(VERSION)' | sed 's/^v//'); \
+	for p in $(RELEASE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; name=dedupe-proxy_$${v}_$${os}_$${arch}; \
+	  echo "release: $$name.tar.gz"; \
+	  mkdir -p $(DIST)/$$name; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/$$name/dedupe-proxy ./cmd/dedupe-proxy; \
+	  cp $(RELEASE_FILES) $(DIST)/$$name/; \
+	  tar -C $(DIST) -czf $(DIST)/$$name.tar.gz $$name; \
+	  rm -r $(DIST)/$$name; \
+	done; \
+	helm=$$(bash helm/helm.sh); \
+	"$$helm" package helm/dedupe-proxy --destination $(DIST) >/dev/null; \
+	(cd $(DIST) && sha256sum *.tar.gz *.tgz > SHA256SUMS); \
+	echo "release: $(DIST)/SHA256SUMS"; cat $(DIST)/SHA256SUMS

@@ -276,12 +276,17 @@ func runCommand() *cobra.Command {
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			cfg, _, _, err := loadConfig(c)
+			cfg, origins, _, err := loadConfig(c)
 			if err != nil {
 				return err
 			}
 			if len(args) == 0 {
 				return runProxy(cfg, c.ErrOrStderr())
+			}
+			// run -- APP is local development, read by a person in the
+			// app's terminal: text logs unless log.format says otherwise.
+			if origins.Of("log.format") == "default" {
+				cfg.Log.Format = "text"
 			}
 			d, _ := c.Flags().GetDuration("app-ready-timeout")
 			return runWithApp(cfg, args, d, c.OutOrStdout(), c.ErrOrStderr())
@@ -371,6 +376,8 @@ func keysCommand() *cobra.Command {
 	g := group("keys status|forget KEY | list --config FILE [--space NAME]", keysHelp, "`keys status KEY`, `keys forget KEY` or `keys list`")
 	addConfigFlag(g.PersistentFlags())
 	g.PersistentFlags().String("space", "", "the key space `NAME`: a source's key_space, by default its name (needed when the config has several)")
+	g.PersistentFlags().StringP("output", "o", "json", "the `FORMAT`: json (one JSON line per key) or table (aligned columns, TTL in whole seconds)")
+	_ = g.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "table"}, cobra.ShellCompDirectiveNoFileComp))
 	for _, sub := range []string{"status", "forget"} {
 		g.AddCommand(&cobra.Command{
 			Use:  sub + " KEY --config FILE [--space NAME]",
@@ -388,7 +395,11 @@ func keysCommand() *cobra.Command {
 					return err
 				}
 				space, _ := c.Flags().GetString("space")
-				return keys(cfg, sub, space, args[0], c.OutOrStdout(), c.ErrOrStderr())
+				format, err := outputFormat(c)
+				if err != nil {
+					return err
+				}
+				return keys(cfg, sub, space, args[0], format, c.OutOrStdout(), c.ErrOrStderr())
 			},
 		})
 	}
@@ -412,7 +423,11 @@ func keysCommand() *cobra.Command {
 			o.State, _ = c.Flags().GetString("state")
 			o.Prefix, _ = c.Flags().GetString("prefix")
 			o.Limit, _ = c.Flags().GetInt("limit")
-			return keysList(cfg, o, c.OutOrStdout(), c.ErrOrStderr())
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			return keysList(cfg, o, format, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
 	list.Flags().String("state", "", "only keys in this `STATE`: inflight or done")
@@ -420,6 +435,15 @@ func keysCommand() *cobra.Command {
 	list.Flags().Int("limit", admin.DefaultListLimit, "show at most `N` keys")
 	g.AddCommand(list)
 	return g
+}
+
+// outputFormat is the keys commands' -o: json or table.
+func outputFormat(c *cobra.Command) (string, error) {
+	f, _ := c.Flags().GetString("output")
+	if f != "json" && f != "table" {
+		return "", usagef(c, "%s: -o %q: want json or table", commandName(c), f)
+	}
+	return f, nil
 }
 
 func helpCmd(root *cobra.Command) *cobra.Command {

@@ -123,6 +123,9 @@ keys, --limit the most shown (default 100, at most 10000); a listing cut
 at the limit says so on stderr.
 
   dedupe-proxy keys list --config config.yaml --state inflight --prefix ord-
+
+-o table prints aligned columns instead of JSON, the TTL in whole
+seconds.
 `
 
 const injectHelp = `

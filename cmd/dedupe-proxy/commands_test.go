@@ -200,3 +200,53 @@ func stripOrigins(s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// config print shows what a webhook source really keys by, and none of
+// the blocks its profile, mode and target leave unused.
+func TestConfigPrintWebhookKeyAndBlocks(t *testing.T) {
+	t.Setenv("HOOK_SECRET", "hooksecret123")
+	p := writeConfig(t, `consumer: c
+sources:
+  - name: stripe
+    type: webhook
+    webhook: {profile: stripe, secrets: ["env:HOOK_SECRET"], mode: forward}
+  - name: gh
+    type: webhook
+    webhook: {profile: github, secrets: ["env:HOOK_SECRET"], target: {broker: kafka, kafka: {topic: hooks}}}
+  - name: generic
+    type: webhook
+    key: ["header:x-event-id"]
+    webhook: {profile: generic-hmac, secrets: ["env:HOOK_SECRET"], mode: forward, generic: {header: X-Sig}}
+`)
+	code, out, errOut := cli("config", "print", "--config", p)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	srcs := strings.Split(out, "\n  - name: ")[1:]
+	if len(srcs) != 3 {
+		t.Fatalf("want 3 sources in:\n%s", out)
+	}
+	stripe, gh, generic := srcs[0], srcs[1], srcs[2]
+	if !strings.Contains(stripe, "key: ['json:meta.id'] # default; not used: profile stripe keys by the body's id (key_from: profile)\n") {
+		t.Errorf("stripe's key line does not say what it keys by:\n%s", stripe)
+	}
+	if !strings.Contains(gh, "not used: profile github keys by sha256:<hex SHA-256 of the body>") {
+		t.Errorf("github's key line does not say what it keys by:\n%s", gh)
+	}
+	if !strings.Contains(generic, "key: ['header:x-event-id'] # file\n") {
+		t.Errorf("generic-hmac keys by its rules:\n%s", generic)
+	}
+	// mode forward publishes nowhere: no target; a kafka target has no
+	// rabbitmq block; only generic-hmac reads the generic block.
+	for name, s := range map[string]string{"stripe": stripe, "generic": generic} {
+		if strings.Contains(s, "target:") {
+			t.Errorf("%s (mode forward) prints a target:\n%s", name, s)
+		}
+	}
+	if !strings.Contains(gh, "target:") || !strings.Contains(gh, "topic: hooks") || strings.Contains(gh, "rabbitmq:") {
+		t.Errorf("github's kafka target: want only its kafka block:\n%s", gh)
+	}
+	if strings.Contains(stripe, "generic:") || strings.Contains(gh, "generic:") || !strings.Contains(generic, "header: X-Sig") {
+		t.Errorf("the generic block belongs to generic-hmac only:\n%s", out)
+	}
+}

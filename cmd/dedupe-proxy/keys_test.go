@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -106,7 +107,24 @@ sources:
 	if ks.State != "done" || ks.Digest != d.String() || err != nil || written.Sub(committed).Abs() > 2*time.Second {
 		t.Fatalf("keys status = %s: want done, digest %s, written at about %s", out, d, committed.UTC())
 	}
+	// -o table: aligned columns, the TTL in whole seconds (24h: 86400,
+	// or a little less once a second has passed).
+	ttlRow := regexp.MustCompile(`^ord-1 orders done (86400|8639[0-9]) `)
+	code, out, errOut = cli("keys", "status", "ord-1", "--config", cfgPath, "-o", "table")
+	if lines := strings.Split(out, "\n"); code != 0 || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "KEY SPACE STATE TTL_SECONDS DIGEST WRITTEN_AT" ||
+		!ttlRow.MatchString(strings.Join(strings.Fields(lines[1]), " ")) || !strings.Contains(lines[1], d.String()) {
+		t.Fatalf("keys status -o table = %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = cli("keys", "list", "--config", cfgPath, "-o", "table")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "KEY ") || !ttlRow.MatchString(strings.Join(strings.Fields(lines[1]), " ")) {
+		t.Fatalf("keys list -o table = %d %q %q", code, out, errOut)
+	}
+	code, out, _ = cli("keys", "forget", "ord-1", "--config", cfgPath, "-o", "table")
+	if code != 0 || strings.Join(strings.Fields(out), " ") != "KEY SPACE FORGOTTEN ord-1 orders true" {
+		t.Fatalf("keys forget -o table = %d %q", code, out)
+	}
 	for _, bad := range [][]string{
+		{"keys", "list", "--config", cfgPath, "-o", "yaml"},
 		{"keys", "status", "--config", cfgPath},
 		{"keys", "purge", "k", "--config", cfgPath},
 		{"keys", "status", "a", "b", "--config", cfgPath},

@@ -54,7 +54,7 @@ func validate(cfg *config.Config, path string, stdout io.Writer) {
 
 // keys talks to the seen-set directly, with the proxy's own config; the
 // operations are internal/admin's, the same the admin API serves.
-func keys(cfg *config.Config, sub, space, key string, stdout, stderr io.Writer) error {
+func keys(cfg *config.Config, sub, space, key, format string, stdout, stderr io.Writer) error {
 	st, err := daemon.NewStore(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "keys: %v\n", err)
@@ -64,15 +64,29 @@ func keys(cfg *config.Config, sub, space, key string, stdout, stderr io.Writer) 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	k := &admin.Keys{Store: st, Consumer: cfg.Consumer, Spaces: cfg.KeySpaces(), Lease: cfg.SeenSet.Lease, TTL: cfg.SeenSet.TTL}
-	if err := k.Command(ctx, sub, space, key, stdout); err != nil {
+	switch {
+	case format != "table":
+		err = k.Command(ctx, sub, space, key, stdout)
+	case sub == "status":
+		var ks admin.KeyStatus
+		if ks, err = k.Status(ctx, space, key); err == nil {
+			err = admin.WriteTable(stdout, []admin.KeyStatus{ks})
+		}
+	default:
+		var r admin.ForgetResult
+		if r, err = k.Forget(ctx, space, key); err == nil {
+			err = admin.WriteForgetTable(stdout, r)
+		}
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "keys %s: %v\n", sub, err)
 		return exitCode(1)
 	}
 	return nil
 }
 
-// keysList prints a space's keys, one JSON line each.
-func keysList(cfg *config.Config, o admin.ListOptions, stdout, stderr io.Writer) error {
+// keysList prints a space's keys, one JSON line each or a table.
+func keysList(cfg *config.Config, o admin.ListOptions, format string, stdout, stderr io.Writer) error {
 	st, err := daemon.NewStore(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "keys: %v\n", err)
@@ -87,10 +101,16 @@ func keysList(cfg *config.Config, o admin.ListOptions, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "keys list: %v\n", err)
 		return exitCode(1)
 	}
-	enc := json.NewEncoder(stdout)
-	for _, ks := range res.Keys {
-		if err := enc.Encode(ks); err != nil {
+	if format == "table" {
+		if err := admin.WriteTable(stdout, res.Keys); err != nil {
 			return err
+		}
+	} else {
+		enc := json.NewEncoder(stdout)
+		for _, ks := range res.Keys {
+			if err := enc.Encode(ks); err != nil {
+				return err
+			}
 		}
 	}
 	if res.Truncated {

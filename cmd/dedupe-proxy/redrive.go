@@ -34,7 +34,9 @@ acked as a duplicate without reaching the app. --forget-keys forgets
 each message's key first (found with the source's key rules), so it is
 processed again. --dry-run lists what would move and changes nothing;
 --limit N moves at most N. One line per message, then a summary; exit 1
-when anything failed.
+when anything failed. A long run also prints, every 2 s on stderr, how
+many moved so far and the rate. -q prints the summary only; -o json
+prints one JSON object per message and one for the summary.
 
   dedupe-proxy redrive --config config.yaml --source orders --dry-run
   dedupe-proxy redrive --config config.yaml --source orders --limit 10
@@ -63,6 +65,14 @@ func redriveCommand() *cobra.Command {
 			o.DryRun, _ = f.GetBool("dry-run")
 			o.ForgetKeys, _ = f.GetBool("forget-keys")
 			o.Limit = limit
+			o.Quiet, _ = f.GetBool("quiet")
+			switch format, _ := f.GetString("output"); format {
+			case "text":
+			case "json":
+				o.JSON = true
+			default:
+				return usagef(c, "redrive: -o %q: want text or json", format)
+			}
 			return runRedrive(cfg, name, o, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
@@ -71,6 +81,9 @@ func redriveCommand() *cobra.Command {
 	c.Flags().Bool("dry-run", false, "list what would move; change nothing")
 	c.Flags().Bool("forget-keys", false, "forget each message's key in the seen-set first, so it is processed again")
 	c.Flags().Int("limit", 0, "move at most `N` dead letters (0: all)")
+	c.Flags().BoolP("quiet", "q", false, "print the summary only: no line per dead letter, no progress")
+	c.Flags().StringP("output", "o", "text", "the `FORMAT`: text, or json (one JSON object per dead letter and one for the summary)")
+	_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = c.RegisterFlagCompletionFunc("source", func(c *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
 		cfg, _, _, err := loadConfig(c)
 		if err != nil {
@@ -109,7 +122,7 @@ func runRedrive(cfg *config.Config, name string, o redrive.Options, stdout, stde
 		defer st.Close()
 		o.Store = st
 	}
-	o.Source, o.Redriver, o.Consumer, o.Space, o.Out = name, r, cfg.Consumer, sc.StoredKeySpace(), stdout
+	o.Source, o.Redriver, o.Consumer, o.Space, o.Out, o.Progress = name, r, cfg.Consumer, sc.StoredKeySpace(), stdout, stderr
 	if _, err := redrive.Run(ctx, o); err != nil {
 		return fail(err)
 	}

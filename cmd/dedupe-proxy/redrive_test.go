@@ -360,6 +360,18 @@ sources:
 	if code != 0 || lines(out, "would move ") != 2 || !strings.Contains(out, `would move "l-1"  list `+dead+` → list `+queue) {
 		t.Fatalf("dry run: exit %d, stdout:\n%s\nstderr: %s", code, out, errOut)
 	}
+	// -o json: an object per dead letter and one for the summary; -q:
+	// the summary only.
+	code, out, errOut = cli("redrive", "--config", cfgPath, "--source", "jobs", "--dry-run", "-o", "json")
+	if js := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(js) != 4 ||
+		js[0] != `{"action":"would_move","key":"l-1","from":"list `+dead+`","to":"list `+queue+`"}` ||
+		!strings.HasPrefix(js[3], `{"source":"jobs","dry_run":true,"moved":3,"forgotten":0,"skipped":0,"more":false,"seconds":`) {
+		t.Fatalf("-o json: exit %d, stdout:\n%s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut = cli("redrive", "--config", cfgPath, "--source", "jobs", "--dry-run", "-q")
+	if code != 0 || out != "redrive jobs (dry run): would move 3 dead letter(s); nothing changed\n" {
+		t.Fatalf("-q: exit %d, stdout:\n%s\nstderr: %s", code, out, errOut)
+	}
 	if rdb.LLen(ctx, dead).Val() != 3 || rdb.LLen(ctx, queue).Val() != 1 || rdb.HLen(ctx, dead+":reasons").Val() != 3 {
 		t.Fatal("the dry run changed something")
 	}

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -230,17 +237,20 @@ func TestGoInstallPath(t *testing.T) {
 	}
 }
 
-// `go install github.com/dedupe-proxy/dedupe-proxy/cmd/dedupe-proxy@latest`,
-// for real: the tracked files are served as a module version from a
+// `go install github.com/dedupe-proxy/dedupe-proxy/cmd/dedupe-proxy@<commit>`
+// (what the README offers while no version is tagged) and `@latest`, for
+// real: the tracked files are served as a module version from a
 // file-based module proxy placed before the configured one (which serves
-// the dependencies), and the installed binary reports that version. It
-// builds the whole command, so it runs only when asked: make
+// the dependencies), as a module proxy answers a commit (its .info names
+// the pseudo-version) and latest, and the installed binary reports that
+// version. It builds the whole command, so it runs only when asked: make
 // release-check sets DPTEST_GO_INSTALL=1.
 func TestGoInstallLatest(t *testing.T) {
 	if os.Getenv("DPTEST_GO_INSTALL") != "1" {
 		t.Skip("set DPTEST_GO_INSTALL=1 (make release-check does)")
 	}
-	const module, version = "github.com/dedupe-proxy/dedupe-proxy", "v0.0.0-20261204000000-000000000000"
+	const module, commit = "github.com/dedupe-proxy/dedupe-proxy", "0123456789abcdef0123456789abcdef01234567"
+	version := "v0.0.0-20261204000000-" + commit[:12]
 	dir := t.TempDir()
 	at := filepath.Join(dir, "proxy", module, "@v")
 	if err := os.MkdirAll(at, 0o755); err != nil {
@@ -252,8 +262,11 @@ func TestGoInstallLatest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("list", version+"\n")
-	write(version+".info", `{"Version":"`+version+`","Time":"2026-12-04T00:00:00Z"}`)
+	info := `{"Version":"` + version + `","Time":"2026-12-04T00:00:00Z"}`
+	write("list", "") // no tagged version: latest is the proxy's @latest
+	write(version+".info", info)
+	write(commit[:12]+".info", info)
+	write(filepath.Join("..", "@latest"), info)
 	write(version+".mod", gomod)
 	writeModuleZip(t, filepath.Join(at, version+".zip"), module+"@"+version)
 
@@ -262,28 +275,164 @@ func TestGoInstallLatest(t *testing.T) {
 		t.Fatal(err)
 	}
 	goproxy, modcache, _ := strings.Cut(strings.TrimSpace(string(env)), "\n")
-	bin := filepath.Join(dir, "bin")
-	cmd := exec.Command("go", "install", module+"/cmd/dedupe-proxy@latest")
-	cmd.Dir = dir // outside the module, as a user runs it
-	cmd.Env = append(os.Environ(),
-		"GOBIN="+bin,
-		// A module cache of its own, so this made-up version never
-		// lands in the real one; the real one's downloads serve the
-		// dependencies, the configured proxy whatever it lacks.
-		"GOMODCACHE="+filepath.Join(dir, "modcache"),
-		"GOPROXY=file://"+filepath.ToSlash(filepath.Join(dir, "proxy"))+",file://"+filepath.ToSlash(filepath.Join(modcache, "cache", "download"))+","+goproxy,
-		"GONOSUMDB="+module,                      // the checksum database cannot know this version; the dependencies are still checked
-		"GOFLAGS=-mod=mod -modcacherw -trimpath", // -trimpath: the build cache serves what an earlier run compiled from another module cache
-	)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go install ...@latest: %v\n%s", err, out)
+	for _, query := range []string{commit[:12], "latest"} {
+		bin := filepath.Join(dir, "bin-"+query)
+		cmd := exec.Command("go", "install", module+"/cmd/dedupe-proxy@"+query)
+		cmd.Dir = dir // outside the module, as a user runs it
+		cmd.Env = append(os.Environ(),
+			"GOBIN="+bin,
+			// A module cache of its own, so this made-up version never
+			// lands in the real one; the real one's downloads serve the
+			// dependencies, the configured proxy whatever it lacks.
+			"GOMODCACHE="+filepath.Join(dir, "modcache"),
+			"GOPROXY=file://"+filepath.ToSlash(filepath.Join(dir, "proxy"))+",file://"+filepath.ToSlash(filepath.Join(modcache, "cache", "download"))+","+goproxy,
+			"GONOSUMDB="+module,                      // the checksum database cannot know this version; the dependencies are still checked
+			"GOFLAGS=-mod=mod -modcacherw -trimpath", // -trimpath: the build cache serves what an earlier run compiled from another module cache
+		)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go install ...@%s: %v\n%s", query, err, out)
+		}
+		out, err := exec.Command(filepath.Join(bin, "dedupe-proxy"), "version", "-o", "json").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), `"version":"`+version+`"`) {
+			t.Errorf("@%s: the installed binary says %s, want version %s", query, out, version)
+		}
 	}
-	out, err := exec.Command(filepath.Join(bin, "dedupe-proxy"), "version", "-o", "json").Output()
+}
+
+// make release, for the platform the test runs on (one build, to stay
+// cheap; the target's default is linux and darwin × amd64 and arm64):
+// an archive named as GoReleaser names it with the binary and the files
+// .goreleaser.yaml packs, the packaged chart, and SHA256SUMS that match
+// both. The binary runs and reports the version it was built as. Runs
+// when asked: make release-check sets DPTEST_RELEASE=1.
+func TestMakeRelease(t *testing.T) {
+	if os.Getenv("DPTEST_RELEASE") != "1" {
+		t.Skip("set DPTEST_RELEASE=1 (make release-check does)")
+	}
+	dist := t.TempDir()
+	goos, goarch := runtime.GOOS, runtime.GOARCH
+	cmd := exec.Command("make", "--no-print-directory", "release", "DIST="+dist, "VERSION=v9.8.7-test", "RELEASE_PLATFORMS="+goos+"/"+goarch)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make release: %v\n%s", err, out)
+	}
+	archive := "dedupe-proxy_9.8.7-test_" + goos + "_" + goarch + ".tar.gz"
+	chart := "dedupe-proxy-" + chartVersion(t) + ".tgz"
+	sums := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(must(os.ReadFile(filepath.Join(dist, "SHA256SUMS"))))), "\n") {
+		sum, name, _ := strings.Cut(l, "  ")
+		sums[name] = sum
+	}
+	if len(sums) != 2 || sums[archive] == "" || sums[chart] == "" {
+		t.Fatalf("SHA256SUMS lists %v, want %s and %s", sums, archive, chart)
+	}
+	for name, sum := range sums {
+		h := sha256.Sum256(must(os.ReadFile(filepath.Join(dist, name))))
+		if hex.EncodeToString(h[:]) != sum {
+			t.Errorf("%s: SHA256SUMS says %s, the file is %x", name, sum, h)
+		}
+	}
+
+	files := untar(t, filepath.Join(dist, archive))
+	dir := strings.TrimSuffix(archive, ".tar.gz") + "/"
+	for _, f := range []string{"dedupe-proxy", "LICENSE", "README.md", "CHANGELOG.md", "config.example.yaml"} {
+		if _, ok := files[dir+f]; !ok {
+			t.Errorf("%s lacks %s (has %v)", archive, dir+f, slices.Sorted(maps.Keys(files)))
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "dedupe-proxy")
+	if err := os.WriteFile(bin, files[dir+"dedupe-proxy"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "version", "-o", "json").Output()
+	if err != nil || !strings.Contains(string(out), `"version":"v9.8.7-test"`) {
+		t.Errorf("the released binary: %v, %s; want version v9.8.7-test", err, out)
+	}
+	if c, ok := untar(t, filepath.Join(dist, chart))["dedupe-proxy/Chart.yaml"]; !ok || !bytes.Contains(c, []byte("version: "+chartVersion(t))) {
+		t.Errorf("%s has no dedupe-proxy/Chart.yaml of version %s", chart, chartVersion(t))
+	}
+}
+
+// make install PREFIX=DIR puts the built command in DIR/bin.
+func TestMakeInstall(t *testing.T) {
+	if os.Getenv("DPTEST_RELEASE") != "1" {
+		t.Skip("set DPTEST_RELEASE=1 (make release-check does)")
+	}
+	prefix := t.TempDir()
+	cmd := exec.Command("make", "--no-print-directory", "install", "PREFIX="+prefix)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(filepath.Join(prefix, "bin", "dedupe-proxy"), "version").Output(); err != nil || !strings.HasPrefix(string(out), "dedupe-proxy ") {
+		t.Errorf("installed dedupe-proxy version: %v, %s", err, out)
+	}
+}
+
+// The README's install paths are the ones the tests above run: no
+// `@latest` while no version is tagged, and it says what is not
+// published.
+func TestReadmeInstallPaths(t *testing.T) {
+	readme := readRoot(t, "README.md")
+	i := strings.Index(readme, "\n## Install\n")
+	if i < 0 {
+		t.Fatal("README has no Install section")
+	}
+	install := readme[i:]
+	install = install[:strings.Index(install[1:], "\n## ")+1]
+	for _, want := range []string{"/cmd/dedupe-proxy@<commit>", "make install", "make release", "No version is tagged", "Nothing is published yet"} {
+		if !strings.Contains(install, want) {
+			t.Errorf("README's Install section lacks %q", want)
+		}
+	}
+	if out, err := exec.Command("git", "-C", root, "tag", "--list", "v*").Output(); err == nil && len(bytes.TrimSpace(out)) == 0 && regexp.MustCompile(`go install \S*@latest`).MatchString(install) {
+		t.Error("README offers go install ...@latest, but no version is tagged")
+	}
+}
+
+func chartVersion(t *testing.T) string {
+	m := regexp.MustCompile(`(?m)^version: "?([^"\n]+)"?$`).FindStringSubmatch(readRoot(t, filepath.Join("helm", "dedupe-proxy", "Chart.yaml")))
+	if m == nil {
+		t.Fatal("Chart.yaml has no version")
+	}
+	return m[1]
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// untar reads a .tar.gz: the regular files by name.
+func untar(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), `"version":"`+version+`"`) {
-		t.Errorf("the installed binary says %s, want version %s", out, version)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			files[h.Name] = must(io.ReadAll(tr))
+		}
 	}
 }
 

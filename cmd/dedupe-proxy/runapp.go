@@ -126,7 +126,7 @@ type appProcess struct {
 func startApp(argv []string, stdout, stderr io.Writer) (*appProcess, error) {
 	a := &appProcess{name: strings.Join(argv, " "), exited: make(chan struct{})}
 	a.cmd = exec.Command(argv[0], argv[1:]...)
-	a.cmd.Stdout, a.cmd.Stderr = stdout, stderr
+	a.cmd.Stdout, a.cmd.Stderr = prefixLines(stdout, appLinePrefix), prefixLines(stderr, appLinePrefix)
 	// Its own process group: a terminal's Ctrl-C reaches the proxy only,
 	// which lets forwards in progress finish before it passes the signal
 	// on (to the whole group, so `sh -c` or `npm start` pass it down too).

@@ -221,3 +221,55 @@ func TestRunAppForwardsAndForwardsSignals(t *testing.T) {
 		})
 	}
 }
+
+// The app's lines are prefixed "app | ", whole lines or parts of one,
+// each write at once.
+func TestPrefixLines(t *testing.T) {
+	var b strings.Builder
+	w := prefixLines(&b, "app | ")
+	for _, s := range []string{"one\ntwo\n", "thr", "ee\n", "\n", "last, unfinished"} {
+		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if want := "app | one\napp | two\napp | three\napp | \napp | last, unfinished"; b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}
+
+// run -- APP logs text by default (a person reads it in the app's
+// terminal), JSON when log.format says so; the app's lines are prefixed.
+func TestRunAppTextLogsAndPrefixedLines(t *testing.T) {
+	rabbit := testutil.NewRabbit(t)
+	for _, format := range []string{"", "json"} {
+		t.Run("format="+format, func(t *testing.T) {
+			a := newRunApp(t, rabbit.Queue("run-app-log-", nil))
+			cfg, _ := os.ReadFile(a.config)
+			logLine := "log: {level: info}"
+			if format != "" {
+				logLine = "log: {level: info, format: " + format + "}"
+			}
+			if err := os.WriteFile(a.config, []byte(strings.Replace(string(cfg), "log: {level: warn}", logLine, 1)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// As a process: the proxy's logger writes to the process's stderr.
+			self, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(self, "run", "--config", a.config, "--", "python3", runAppPy)
+			cmd.Env = append(a.env("RUNAPP_DIE=1"), asCLI+"=1")
+			var stdout, stderr testutil.LogBuffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err = cmd.Run()
+			out, errOut := stdout.String(), stderr.String()
+			if err == nil || !strings.Contains(out, "app | runapp: listening on "+a.addr+"\n") {
+				t.Fatalf("run: %v (want exit 1); the app's stdout unprefixed: %q\nstderr:\n%s", err, out, errOut)
+			}
+			text, json := strings.Contains(errOut, "level=INFO msg=stopped"), strings.Contains(errOut, `"msg":"stopped"`)
+			if format == "" && (!text || json) || format == "json" && (text || !json) {
+				t.Errorf("log.format %q: stderr:\n%s", format, errOut)
+			}
+		})
+	}
+}

@@ -466,6 +466,13 @@ func TestRenderFailures(t *testing.T) {
 		{[]string{"--set", "mode=shared", "--set", "credentials.sources.orders.rabbitmqUrl.secretName=s", "--set", "credentials.sources.orders.rabbitmqUrl.key=url"}, "mode shared renders no pod"},
 		{[]string{"--set", "mode=shared", "--set", "strategy.type=Recreate"}, "strategy: mode shared renders no pod (nor Deployment); set it on the workloads that get the sidecar"},
 		{[]string{"--set", "mode=shared", "--set", "extraContainers[0].name=x", "--set", "extraContainers[0].image=x"}, "extraContainers: mode shared renders no pod"},
+		// What the API server would refuse, refused at render time.
+		{[]string{"--set", "strategy.type=Rolling"}, "/strategy/type"},
+		{[]string{"--set", "strategy.type=Recreate", "--set", "strategy.rollingUpdate.maxSurge=1"}, "/strategy"},
+		{[]string{"--set", "strategy.rollingUpdate.maxSurge=0", "--set", "strategy.rollingUpdate.maxUnavailable=0"}, "maxSurge and maxUnavailable are both 0"},
+		{[]string{"--set-string", "strategy.rollingUpdate.maxSurge=0%", "--set", "strategy.rollingUpdate.maxUnavailable=0"}, "maxSurge and maxUnavailable are both 0"},
+		{[]string{"--set-string", "strategy.rollingUpdate.maxSurge=two"}, "/strategy/rollingUpdate/maxSurge"},
+		{[]string{"--set", "strategy.rollingUpdte.maxSurge=1"}, "additional properties 'rollingUpdte' not allowed"},
 		{[]string{"--set", "mode=shared", "--set", "app.initContainers[0].name=x", "--set", "app.initContainers[0].image=x"}, "app.initContainers: mode shared renders no pod"},
 		{[]string{"--set", "extraInitContainers[0].image=busybox"}, "/extraInitContainers/0"},
 		{[]string{"--set", "additionalLabels.team=null", "--set-json", `additionalLabels={"n":1}`}, "/additionalLabels/n"},

@@ -18,7 +18,7 @@ func containerNames(cs []corev1.Container) []string {
 
 // TestExtensions renders ci/extensions-values.yaml: additionalLabels on
 // every object and pod but not in selectors, image registries, the update
-// strategy, extra and init containers in their order, and the release's
+// strategy, extraVolumes, extra and init containers in their order, and the release's
 // own alerting rule next to the chart's.
 func TestExtensions(t *testing.T) {
 	values := filepath.Join(chartDir, "ci", "extensions-values.yaml")
@@ -45,6 +45,13 @@ func TestExtensions(t *testing.T) {
 		t.Errorf("strategy %+v", s)
 	}
 	spec := d.Spec.Template.Spec
+	var vols []string
+	for _, v := range spec.Volumes {
+		vols = append(vols, v.Name)
+	}
+	if !slices.Contains(vols, "scratch") {
+		t.Errorf("pod volumes %v lack extraVolumes' scratch", vols)
+	}
 	if got := containerNames(spec.InitContainers); !slices.Equal(got, []string{"wait-for-db", "migrate", ProxyContainerName}) {
 		t.Errorf("initContainers %v, want extraInitContainers, app.initContainers, then the native sidecar", got)
 	}

@@ -263,3 +263,43 @@ func TestDashboardMetricsExist(t *testing.T) {
 		t.Error("the dashboard queries no metric")
 	}
 }
+
+// TestDashboardShowsBacklogs: each backlog a source exports has a panel,
+// so an operator sees a consumer falling behind on every broker that
+// reports one (Kafka's lag, a Redis list's length), and the namespace
+// and job variables match series without those labels (a Prometheus
+// outside Kubernetes) when set to All.
+func TestDashboardShowsBacklogs(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "dashboards", "dedupe-proxy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct{ Name, AllValue string }
+		}
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, backlog := range []string{"dedupe_proxy_kafka_lag_messages", "dedupe_proxy_redis_queue_length", "dedupe_proxy_redis_processing_length"} {
+		found := false
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				found = found || strings.Contains(tg.Expr, backlog+"{")
+			}
+		}
+		if !found {
+			t.Errorf("no panel shows %s", backlog)
+		}
+	}
+	for _, v := range d.Templating.List {
+		if (v.Name == "namespace" || v.Name == "job") && v.AllValue != ".*" {
+			t.Errorf("variable %s: allValue %q, want .* (matches a series without the label)", v.Name, v.AllValue)
+		}
+	}
+}

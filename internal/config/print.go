@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
 
 // Redacted stands for a secret in printed configuration.
@@ -65,7 +67,7 @@ func printStruct(out *yaml.Node, v reflect.Value, path, generic string, o Origin
 		if tag == "" || tag == "-" {
 			continue
 		}
-		if generic == "sources[]" && path != "" && isOtherBlock(tag, v.FieldByName("Type").String()) {
+		if unusedBlock(v, generic, tag) {
 			continue
 		}
 		p, g := joinPath(path, tag), joinPath(generic, tag)
@@ -78,14 +80,37 @@ func printStruct(out *yaml.Node, v reflect.Value, path, generic string, o Origin
 		}
 		val := printValue(f, g)
 		val.LineComment = o.Of(p)
+		if g == "sources[].key" {
+			if w := v.FieldByName("Webhook").Interface().(Webhook); v.FieldByName("Type").String() == "webhook" && w.KeyFrom != "rules" {
+				if rule := webhook.ProfileKeyRule(w.Profile); rule != "" {
+					val.LineComment += "; not used: profile " + w.Profile + " keys by " + rule + " (key_from: profile)"
+				}
+			}
+		}
 		out.Content = append(out.Content, scalar(tag), val)
 	}
 }
 
-// isOtherBlock: the block of a kind (a source's rabbitmq, kafka, redis
-// or webhook) that is not the source's type.
-func isOtherBlock(tag, typ string) bool {
-	return tag != typ && KindOf(tag) != nil
+// unusedBlock: a block of v that its settings leave unused, so printing
+// it would only suggest it matters: a source's block of a kind other than
+// its type; a webhook's target in mode forward, and the target's block
+// other than its broker's; the generic block for any profile but
+// generic-hmac.
+func unusedBlock(v reflect.Value, generic, tag string) bool {
+	switch generic {
+	case "sources[]":
+		return KindOf(tag) != nil && tag != v.FieldByName("Type").String()
+	case "sources[].webhook":
+		switch tag {
+		case "target":
+			return v.FieldByName("Mode").String() == "forward"
+		case "generic":
+			return v.FieldByName("Profile").String() != webhook.ProfileGenericHMAC
+		}
+	case "sources[].webhook.target":
+		return KindOf(tag) != nil && tag != v.FieldByName("Broker").String()
+	}
+	return false
 }
 
 func printValue(f reflect.Value, generic string) *yaml.Node {

@@ -74,6 +74,7 @@ func (d *Daemon) startAdmin() error {
 // which checks the token before it looks at the path.
 func (d *Daemon) adminHandler() http.Handler {
 	public := map[string]http.Handler{
+		"/":        getOnly(d.adminIndex),
 		"/healthz": getOnly(d.healthz),
 		"/readyz":  getOnly(d.readyz),
 		"/metrics": getOnly(promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}).ServeHTTP),
@@ -107,6 +108,31 @@ func (d *Daemon) adminHandler() http.Handler {
 		// Without a token the key API does not exist.
 		http.NotFound(w, r)
 	})
+}
+
+// adminIndex lists the admin endpoints, so that a curl of the port
+// shows what it serves; the key API and pprof are listed with the setting
+// that turns them on when they are off. It names paths only: no key, no
+// state.
+func (d *Daemon) adminIndex(w http.ResponseWriter, _ *http.Request) {
+	keys, pprofState := "", ""
+	if d.keysAPI == nil {
+		keys = " (off: set admin.token)"
+	}
+	if !d.cfg.Admin.Pprof {
+		pprofState = " (off: set admin.pprof)"
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = fmt.Fprintf(w, `dedupe-proxy admin endpoints:
+GET    /healthz          liveness: 200 while the process serves
+GET    /readyz           one line per check; 200 while the process serves
+GET    /readyz?deps=1    the same, 503 while a check fails
+GET    /metrics          Prometheus metrics
+GET    /v1/keys          list a key space's keys (?space= &state= &prefix= &limit=), bearer token%[1]s
+GET    /v1/keys/{key}    a message key's state and TTL (?space=), bearer token%[1]s
+DELETE /v1/keys/{key}    forget a message key, bearer token%[1]s
+GET    /debug/pprof/     Go profiles%[2]s
+`, keys, pprofState)
 }
 
 func getOnly(h http.HandlerFunc) http.Handler {

@@ -91,7 +91,7 @@ func TestAdminNeverRedirects(t *testing.T) {
 		"//metrics", "/metrics/", "/./metrics", "/readyz/..", "//readyz",
 		"/v1", "/v1/", "/v1/keys", "/v1/keys/", "//v1/keys/a", "/v1//keys/a", "/v1/./keys/a",
 		"/v1/keys/../keys/a", "/v1/keys/a//b", "/v1/keys/a/./b", "/v1/keys/..", "/v1%2Fkeys/a",
-		"/debug/pprof", "/debug//pprof/", "/debug/pprof/../pprof/", "/", "//", "/nope",
+		"/debug/pprof", "/debug//pprof/", "/debug/pprof/../pprof/", "//", "/nope",
 	}
 	t.Run("token", func(t *testing.T) {
 		p := newHarness(t, func(c *config.Config) { withAdmin(c); c.Admin.Token = "tok" }).start()
@@ -105,7 +105,7 @@ func TestAdminNeverRedirects(t *testing.T) {
 				}
 			}
 		}
-		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		for _, path := range []string{"/", "/healthz", "/readyz", "/metrics"} {
 			if code := do(t, p, "GET", path, ""); code != http.StatusOK {
 				t.Errorf("GET %s = %d, want 200 without a token", path, code)
 			}
@@ -276,5 +276,31 @@ func TestAdminLimitsCutSlowClients(t *testing.T) {
 	})
 	if d := defaultAdminLimits(); d.read <= 0 || d.write <= 0 || d.idle <= 0 || d.readHeader <= 0 || d.maxHeaderBytes <= 0 {
 		t.Errorf("defaultAdminLimits() = %+v: a limit is off", d)
+	}
+}
+
+// GET / lists the admin endpoints, and says which are off and why.
+func TestAdminIndexListsEndpoints(t *testing.T) {
+	get := func(t *testing.T, p *proxy) string {
+		resp, err := http.Get("http://" + p.d.AdminAddr() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET / = %d: %s", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	off := get(t, newHarness(t, withAdmin).start())
+	for _, want := range []string{"GET    /healthz", "GET    /readyz?deps=1", "GET    /metrics", "DELETE /v1/keys/{key}", "(off: set admin.token)", "/debug/pprof/     Go profiles (off: set admin.pprof)"} {
+		if !strings.Contains(off, want) {
+			t.Errorf("GET / lacks %q:\n%s", want, off)
+		}
+	}
+	on := get(t, newHarness(t, func(c *config.Config) { withAdmin(c); c.Admin.Token = "tok"; c.Admin.Pprof = true }).start())
+	if strings.Contains(on, "(off:") || !strings.Contains(on, "DELETE /v1/keys/{key}    forget a message key, bearer token\n") {
+		t.Errorf("GET / with a token and pprof:\n%s", on)
 	}
 }

@@ -11,9 +11,12 @@ import (
 // tailing the log of a long run sees progress without a dashboard.
 const summaryEvery = time.Minute
 
-// totals are the proxy's counts since it started, over every source.
+// totals are the proxy's counts since it started, over every source,
+// webhook listeners included: a webhook event forwarded to the app counts
+// as forwarded, a redelivered one as a duplicate, and one stored on a
+// broker as enqueued (its forward is counted by the source consuming it).
 type totals struct {
-	forwarded, duplicates, deadLettered, requeued, retried, inFlight float64
+	forwarded, duplicates, deadLettered, requeued, retried, inFlight, enqueued float64
 }
 
 // readTotals sums the message and event counters of reg over sources.
@@ -46,6 +49,15 @@ func readTotals(reg prometheus.Gatherer) totals {
 				case "requeued":
 					t.requeued += v
 				}
+			case "dedupe_proxy_webhook_accepted_total":
+				switch label("how") {
+				case "forwarded":
+					t.forwarded += m.GetCounter().GetValue()
+				case "enqueued":
+					t.enqueued += m.GetCounter().GetValue()
+				}
+			case "dedupe_proxy_webhook_duplicates_total":
+				t.duplicates += m.GetCounter().GetValue()
 			case "dedupe_proxy_events_total":
 				if label("event") == "retry" {
 					t.retried += m.GetCounter().GetValue()
@@ -60,14 +72,14 @@ func readTotals(reg prometheus.Gatherer) totals {
 
 func (t totals) attrs() []any {
 	return []any{"forwarded", int64(t.forwarded), "duplicates", int64(t.duplicates), "dead_lettered", int64(t.deadLettered),
-		"requeued", int64(t.requeued), "retried", int64(t.retried), "in_flight", int64(t.inFlight)}
+		"requeued", int64(t.requeued), "retried", int64(t.retried), "in_flight", int64(t.inFlight), "enqueued", int64(t.enqueued)}
 }
 
 // since is what happened between earlier and t; in flight is t's.
 func (t totals) since(earlier totals) totals {
 	return totals{forwarded: t.forwarded - earlier.forwarded, duplicates: t.duplicates - earlier.duplicates,
 		deadLettered: t.deadLettered - earlier.deadLettered, requeued: t.requeued - earlier.requeued,
-		retried: t.retried - earlier.retried, inFlight: t.inFlight}
+		retried: t.retried - earlier.retried, inFlight: t.inFlight, enqueued: t.enqueued - earlier.enqueued}
 }
 
 // summarize logs, every interval until ctx ends, what the proxy did

@@ -12,9 +12,11 @@ package redrive
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/admin"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
@@ -40,6 +42,19 @@ type Options struct {
 	Limit      int
 	// Out gets one line per dead letter and the summary.
 	Out io.Writer
+	// Quiet leaves out the line per dead letter and the progress: the
+	// summary only.
+	Quiet bool
+	// JSON writes each line to Out as one JSON object (per dead letter:
+	// action, key or no_key, from, to, note; the summary: source,
+	// dry_run, moved, forgotten, skipped, more, error).
+	JSON bool
+	// Progress gets, on a long run, a line every ProgressEvery (default
+	// 2s) with the count so far and the rate; nil: none.
+	Progress      io.Writer
+	ProgressEvery time.Duration
+	// now is time.Now; tests set it.
+	now func() time.Time
 }
 
 // Summary is what a Run did.
@@ -85,27 +100,85 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			return nil
 		}
 	}
-	verb := "moved"
+	verb, action := "moved", "moved"
 	if o.DryRun {
-		verb = "would move"
+		verb, action = "would move", "would_move"
 	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 2 * time.Second
+	}
+	start := o.now()
+	lastProgress, count := start, 0
 	ro.Moved = func(r broker.Redriven) {
+		count++
+		note := notes[r.Message]
+		delete(notes, r.Message)
+		if o.Progress != nil && !o.Quiet {
+			if now := o.now(); now.Sub(lastProgress) >= o.ProgressEvery {
+				lastProgress = now
+				fmt.Fprintf(o.Progress, "redrive %s: %s %d so far, %.0f/s\n", o.Source, verb, count, float64(count)/now.Sub(start).Seconds())
+			}
+		}
+		if o.Quiet {
+			return
+		}
 		key, why := o.Keys.Key(r.Message)
+		if o.JSON {
+			line := messageLine{Action: action, Key: key, From: r.From, To: r.To, Note: note}
+			if key == "" {
+				line.NoKey = why
+			}
+			_ = json.NewEncoder(o.Out).Encode(line)
+			return
+		}
 		shown := fmt.Sprintf("%q", key)
 		if key == "" {
 			shown = "(no key: " + why + ")"
 		}
 		line := fmt.Sprintf("%s %s  %s → %s", verb, shown, r.From, r.To)
-		if n := notes[r.Message]; n != "" {
-			line += "  (" + n + ")"
-			delete(notes, r.Message)
+		if note != "" {
+			line += "  (" + note + ")"
 		}
 		fmt.Fprintln(o.Out, line)
 	}
 	res, err := o.Redriver.Redrive(ctx, ro)
 	sum.RedriveResult = res
-	fmt.Fprintln(o.Out, sum.line(o, err))
+	if o.JSON {
+		sl := summaryLine{Source: o.Source, DryRun: o.DryRun, Moved: res.Moved, Forgotten: sum.Forgotten, Skipped: res.Skipped, More: res.More,
+			Seconds: o.now().Sub(start).Seconds()}
+		if err != nil {
+			sl.Error = err.Error()
+		}
+		_ = json.NewEncoder(o.Out).Encode(sl)
+	} else {
+		fmt.Fprintln(o.Out, sum.line(o, err))
+	}
 	return sum, err
+}
+
+// messageLine is a dead letter's line under -o json.
+type messageLine struct {
+	Action string `json:"action"` // moved, would_move
+	Key    string `json:"key,omitempty"`
+	NoKey  string `json:"no_key,omitempty"` // why the key rules found none
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Note   string `json:"note,omitempty"` // --forget-keys: what became of the key
+}
+
+// summaryLine is the summary under -o json.
+type summaryLine struct {
+	Source    string  `json:"source"`
+	DryRun    bool    `json:"dry_run"`
+	Moved     int     `json:"moved"`
+	Forgotten int     `json:"forgotten"`
+	Skipped   int     `json:"skipped"`
+	More      bool    `json:"more"`
+	Seconds   float64 `json:"seconds"`
+	Error     string  `json:"error,omitempty"`
 }
 
 // line is the summary; a run that stopped on err says so, so that

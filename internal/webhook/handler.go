@@ -453,6 +453,7 @@ func (h *Handler) forward(s *claim.Session, key string, body []byte, ct string, 
 		Body:           body,
 		ContentType:    ct,
 		IdempotencyKey: key,
+		Attempt:        1, // one forward per request: a sender's retry is a delivery of its own
 		Meta:           meta,
 		MessageHeaders: headers,
 		OnSlow:         slow,

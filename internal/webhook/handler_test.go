@@ -412,6 +412,14 @@ func TestForwardModeOneEffect(t *testing.T) {
 	if req.Path != "/hooks" || req.Header.Get("X-Event-Type") != "invoice.paid" || req.Header.Get("X-Dedupe-Source") != "hooks" {
 		t.Errorf("forwarded %s with %v", req.Path, req.Header)
 	}
+	// Each request is forwarded once, so every forward is attempt 1, as
+	// the first attempt of a broker delivery is; the sender's retry is a
+	// delivery of its own.
+	for i, req := range app.Requests() {
+		if got := req.Header.Get("X-Dedupe-Attempt"); got != "1" {
+			t.Errorf("request %d: X-Dedupe-Attempt %q, want 1", i, got)
+		}
+	}
 }
 
 // An app slower than app.timeout and the lease: the sender is answered

@@ -428,6 +428,22 @@ func ProfileKey(profile string, h http.Header, body []byte) (key, why string, ok
 	return "", "", false
 }
 
+// ProfileKeyRule says in words what ProfileKey keys an event by, for
+// config print; "" for the profiles that use the key rules.
+func ProfileKeyRule(profile string) string {
+	switch profile {
+	case ProfileStandard:
+		return "the svix-id, else webhook-id header"
+	case ProfileStripe:
+		return "the body's id"
+	case ProfileSlack:
+		return "the body's event_id"
+	case ProfileGitHub, ProfileShopify:
+		return BodyDigestPrefix + "<hex SHA-256 of the body>"
+	}
+	return ""
+}
+
 func nonEmpty(v, why string) (string, string, bool) {
 	if v == "" {
 		return "", why, true
