@@ -325,7 +325,7 @@ sources:
 }
 
 func digestOf(s string) string {
-	sum := sha1.Sum([]byte(s)) //nolint:gosec // the element digest redisq uses, not a security boundary
+	sum := sha1.Sum([]byte(s)) //nolint:gosec // the element digest the Redis source uses, not a security boundary
 	return hex.EncodeToString(sum[:])
 }
 

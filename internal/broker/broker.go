@@ -1,6 +1,6 @@
 // Package broker defines what dedupe-proxy needs from a message source: a
 // stream of deliveries, each settled exactly once. Implementations live in
-// sub-packages (rabbitmq, kafka, redisq); the pipeline depends only on this
+// sub-packages (rabbitmq, kafka, redissource); the pipeline depends only on this
 // package.
 package broker
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
@@ -159,7 +159,7 @@ type (
 	Kafka            = kafka.Options
 	KafkaSASL        = kafka.SASL
 	KafkaTLS         = kafka.TLS
-	RedisSource      = redisq.Options
+	RedisSource      = redissource.Options
 )
 
 // Webhook is an HTTP listener for signed webhooks (type webhook): each
@@ -277,7 +277,7 @@ func DefaultSource() Source {
 		KeyReuse:     "warn",
 		RabbitMQ:     rabbitmq.DefaultOptions(),
 		Kafka:        kafka.DefaultOptions(),
-		Redis:        redisq.DefaultOptions(),
+		Redis:        redissource.DefaultOptions(),
 		Webhook: Webhook{
 			Listen:    "127.0.0.1:8088",
 			Path:      "/webhook",

@@ -9,7 +9,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/rabbitmq"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/probe"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/problems"
@@ -163,33 +163,33 @@ var Kinds = []Kind{
 	},
 	{
 		Name:  "redis",
-		Enums: redisq.Enums,
+		Enums: redissource.Enums,
 		Validate: func(s *Source, at string, p *problems.List) {
 			s.Redis.Validate(p, at, s.deadLetterBy())
 		},
 		NewSource: func(s Source, env SourceEnv) (broker.Source, error) {
 			o := s.redis(env.Consumer)
 			o.Logger, o.Metrics = env.Logger, env.Metrics
-			if o.Mode == redisq.ModeStream {
-				return redisq.NewStream(o)
+			if o.Mode == redissource.ModeStream {
+				return redissource.NewStream(o)
 			}
-			return redisq.New(o)
+			return redissource.New(o)
 		},
 		NewRedriver: func(s Source, consumer, at string) (broker.Redriver, error) {
 			o := s.redis(consumer)
 			var r broker.Redriver
 			var err error
-			if o.Mode == redisq.ModeStream {
-				r, err = redisq.NewStreamRedriver(o)
+			if o.Mode == redissource.ModeStream {
+				r, err = redissource.NewStreamRedriver(o)
 			} else {
-				r, err = redisq.NewListRedriver(o)
+				r, err = redissource.NewListRedriver(o)
 			}
 			if errors.Is(err, broker.ErrNoDeadLetter) {
 				return nil, fmt.Errorf("source %s has no dead letters to redrive: %s.redis.dead_letter is not set", s.Name, at)
 			}
 			return redriver(s, r, err)
 		},
-		Check: func(c *probe.Checker, s Source, consumer string) { redisq.Check(c, s.redis(consumer)) },
+		Check: func(c *probe.Checker, s Source, consumer string) { redissource.Check(c, s.redis(consumer)) },
 		Init: `    redis:
       addrs: ["127.0.0.1:6379"]
       # list: producers RPUSH to queue (BabelQueue); stream: they XADD to stream.
@@ -310,7 +310,7 @@ func (s Source) kafka() kafka.Options {
 
 // redis: the consumer names the stream's group (every replica of one
 // consumer shares the entries, another consumer reads them all).
-func (s Source) redis(consumer string) redisq.Options {
+func (s Source) redis(consumer string) redissource.Options {
 	o := s.Redis
 	o.Name, o.Group = s.Name, consumer
 	return o

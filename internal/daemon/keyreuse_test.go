@@ -14,7 +14,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
@@ -103,7 +103,7 @@ var reuseKinds = []struct {
 					if err != nil {
 						return out
 					}
-					why, _ := redisq.DeadLetterReason(ctx, h.rq, h.dead, []byte(el))
+					why, _ := redissource.DeadLetterReason(ctx, h.rq, h.dead, []byte(el))
 					out = append(out, why[broker.HeaderReason])
 				}
 			}}

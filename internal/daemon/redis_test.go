@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
@@ -240,7 +240,7 @@ func TestRedisBadInput(t *testing.T) {
 	if err != nil || len(dl) != 1 || dl[0] != string(big) {
 		t.Fatalf("dead-letter list %d elements (%v), want the oversized one", len(dl), err)
 	}
-	why, err := redisq.DeadLetterReason(context.Background(), h.rq, h.dead, big)
+	why, err := redissource.DeadLetterReason(context.Background(), h.rq, h.dead, big)
 	if err != nil || why[broker.HeaderReason] != "body too large" || why[broker.HeaderSource] != "orders" {
 		t.Fatalf("reason record %v (%v)", why, err)
 	}
@@ -254,7 +254,7 @@ func TestRedisBadInput(t *testing.T) {
 	if h2.app.Count() != 0 {
 		t.Fatal("forwarded a message with no key under on_missing_key: dead_letter")
 	}
-	why, _ = redisq.DeadLetterReason(context.Background(), h2.rq, h2.dead, notJSON)
+	why, _ = redissource.DeadLetterReason(context.Background(), h2.rq, h2.dead, notJSON)
 	if !strings.HasPrefix(why[broker.HeaderReason], "no key") {
 		t.Fatalf("reason record %v", why)
 	}

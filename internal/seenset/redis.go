@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/rediscoalesce"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/redisconn"
 )
 
@@ -77,7 +77,7 @@ type Redis struct {
 	c      redis.UniversalClient
 	prefix string
 	owned  bool
-	batch  *redisbatch.Batcher
+	batch  *rediscoalesce.Coalescer
 	master string   // Sentinel master set name, to name it in Durability
 	addrs  []string // as configured, for Describe
 	// hashOver > 0: keys longer than that are stored hashed (stored).
@@ -115,7 +115,7 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seenset: redis: %w", err)
 	}
-	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: redisbatch.New(c, batchTimeout(o), o.WaitReplicas, o.WaitTimeout),
+	return &Redis{c: c, prefix: o.Prefix, owned: true, batch: rediscoalesce.New(c, batchTimeout(o), o.WaitReplicas, o.WaitTimeout),
 		master: o.MasterName, addrs: o.Addrs, hashOver: o.HashKeysOver}, nil
 }
 
@@ -149,7 +149,7 @@ func (o RedisOptions) Conn() redisconn.Conn {
 // custom hooks, tests). The caller keeps ownership: Close does not close c,
 // because other users of c would break.
 func NewRedisWithClient(c redis.UniversalClient, prefix string) *Redis {
-	return &Redis{c: c, prefix: prefix, batch: redisbatch.New(c, 5*time.Second, 0, 0)}
+	return &Redis{c: c, prefix: prefix, batch: rediscoalesce.New(c, 5*time.Second, 0, 0)}
 }
 
 // HashedKeyLen is the length of a hashed key: "#" and 43 characters of
@@ -435,17 +435,17 @@ func firstErr(rs []reply) error {
 // its validation error and no call.
 func (r *Redis) runMany(ctx context.Context, s *redis.Script, cmd func(key, token string, d time.Duration) []any, items []KeyToken, d time.Duration) []reply {
 	out := make([]reply, len(items))
-	calls := make([]*redisbatch.Call, len(items))
-	live := make([]*redisbatch.Call, 0, len(items))
+	calls := make([]*rediscoalesce.Call, len(items))
+	live := make([]*rediscoalesce.Call, 0, len(items))
 	ms := millis(d)
 	for i, it := range items {
 		if out[i].err = validateArgs(it.Key, it.Token, d); out[i].err != nil {
 			continue
 		}
 		if s == nil {
-			calls[i] = &redisbatch.Call{Cmd: cmd(r.stored(it.Key), it.Token, d)}
+			calls[i] = &rediscoalesce.Call{Cmd: cmd(r.stored(it.Key), it.Token, d)}
 		} else {
-			calls[i] = &redisbatch.Call{Script: s, Keys: []string{r.stored(it.Key)}, Args: []any{it.Token, ms}}
+			calls[i] = &rediscoalesce.Call{Script: s, Keys: []string{r.stored(it.Key)}, Args: []any{it.Token, ms}}
 		}
 		live = append(live, calls[i])
 	}

@@ -1,4 +1,4 @@
-package redisq_test
+package redissource_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -19,7 +19,7 @@ import (
 func BenchmarkListConsumeAck(b *testing.B) {
 	q := newQueue(b, testutil.RedisAddr())
 	fill(b, b.N, func(p redis.Pipeliner, v []byte) { p.RPush(context.Background(), q.name, v) }, q.rdb)
-	src, err := redisq.New(redisq.Options{Name: "bench", Addrs: []string{testutil.RedisAddr()}, Queue: q.name, Workers: 16})
+	src, err := redissource.New(redissource.Options{Name: "bench", Addrs: []string{testutil.RedisAddr()}, Queue: q.name, Workers: 16})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func BenchmarkStreamConsumeAck(b *testing.B) {
 	fill(b, b.N, func(p redis.Pipeliner, v []byte) {
 		p.XAdd(context.Background(), &redis.XAddArgs{Stream: q.name, Values: map[string]any{"body": v}})
 	}, q.rdb)
-	src, err := redisq.NewStream(redisq.Options{Name: "bench", Addrs: []string{testutil.RedisAddr()}, Stream: q.name,
+	src, err := redissource.NewStream(redissource.Options{Name: "bench", Addrs: []string{testutil.RedisAddr()}, Stream: q.name,
 		Group: testutil.UniqueName("bench-"), Workers: 16})
 	if err != nil {
 		b.Fatal(err)

@@ -1,4 +1,4 @@
-package redisq
+package redissource
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package redisbatch_test
+package rediscoalesce_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/rediscoalesce"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -23,10 +23,10 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	defer cc.Close()
 	w := &wire{}
 	cc.OnNewNode(func(n *redis.Client) { n.AddHook(w) })
-	b := redisbatch.New(cc, 5*time.Second, 1, 5*time.Second)
+	b := rediscoalesce.New(cc, 5*time.Second, 1, 5*time.Second)
 	defer b.Close()
 	ctx := context.Background()
-	prefix := testutil.UniqueName("redisbatch")
+	prefix := testutil.UniqueName("rediscoalesce")
 	// Keys in every master's slots: 60 hash tags spread over 16384 slots.
 	keys := make([]string, 60)
 	for i := range keys {
@@ -36,7 +36,7 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	batch := func(t *testing.T) []*redisbatch.Call {
+	batch := func(t *testing.T) []*rediscoalesce.Call {
 		t.Helper()
 		entered, release := w.hold()
 		heldDone := make(chan error, 1)
@@ -46,13 +46,13 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the held call never reached Redis")
 		}
-		calls := make([]*redisbatch.Call, len(keys))
+		calls := make([]*rediscoalesce.Call, len(keys))
 		for i, k := range keys {
-			calls[i] = &redisbatch.Call{Cmd: []any{"INCRBY", k, i + 1}, IntReply: true}
+			calls[i] = &rediscoalesce.Call{Cmd: []any{"INCRBY", k, i + 1}, IntReply: true}
 		}
 		done := make(chan []error, 1)
 		go func() { done <- b.DoMany(ctx, calls) }()
-		testutil.Eventually(t, 10*time.Second, "the batch queued", func() bool { return redisbatch.QueuedForTest(b) == len(calls) })
+		testutil.Eventually(t, 10*time.Second, "the batch queued", func() bool { return rediscoalesce.QueuedForTest(b) == len(calls) })
 		w.sent()
 		release()
 		if err := <-heldDone; err != nil {

@@ -1,4 +1,4 @@
-package redisbatch_test
+package rediscoalesce_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/rediscoalesce"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -97,7 +97,7 @@ func (w *wire) sent() []int {
 
 type fixture struct {
 	c      *redis.Client
-	b      *redisbatch.Batcher
+	b      *rediscoalesce.Coalescer
 	w      *wire
 	prefix string
 }
@@ -108,8 +108,8 @@ func newFixture(t *testing.T, addr string, waitReplicas int, waitTimeout time.Du
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 	w := &wire{}
 	c.AddHook(w)
-	f := &fixture{c: c, w: w, b: redisbatch.New(c, 5*time.Second, waitReplicas, waitTimeout),
-		prefix: "{" + testutil.UniqueName("redisbatch") + "}:"}
+	f := &fixture{c: c, w: w, b: rediscoalesce.New(c, 5*time.Second, waitReplicas, waitTimeout),
+		prefix: "{" + testutil.UniqueName("rediscoalesce") + "}:"}
 	t.Cleanup(func() {
 		f.b.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -150,7 +150,7 @@ func (f *fixture) inFlight(t *testing.T) (release func(), done <-chan struct{}) 
 func (f *fixture) queued(t *testing.T, n int) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d calls queued", n), func() bool {
-		return redisbatch.QueuedForTest(f.b) == n
+		return rediscoalesce.QueuedForTest(f.b) == n
 	})
 }
 
@@ -168,7 +168,7 @@ func TestCallsQueuedBehindAPipelineShareTheNext(t *testing.T) {
 	}
 
 	release, held := f.inFlight(t)
-	n := redisbatch.MaxBatchForTest + 44
+	n := rediscoalesce.MaxBatchForTest + 44
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
@@ -182,7 +182,7 @@ func TestCallsQueuedBehindAPipelineShareTheNext(t *testing.T) {
 	wg.Wait()
 	<-held
 	got := f.w.sent()
-	want := []int{1, redisbatch.MaxBatchForTest, 44}
+	want := []int{1, rediscoalesce.MaxBatchForTest, 44}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("sent %v, want %v: the held call, then the queued ones in full pipelines", got, want)
 	}
@@ -198,17 +198,17 @@ func TestQueuedCallsRunInOrder(t *testing.T) {
 	ctx := context.Background()
 	release, held := f.inFlight(t)
 	k := f.key("order")
-	n := redisbatch.MaxBatchForTest + 10
-	calls := []*redisbatch.Call{{Cmd: []any{"SET", k, ""}}}
+	n := rediscoalesce.MaxBatchForTest + 10
+	calls := []*rediscoalesce.Call{{Cmd: []any{"SET", k, ""}}}
 	var want strings.Builder
 	lengths := make([]int64, n) // what each APPEND answers, run in order
 	for i := range n {
 		s := strconv.Itoa(i) + ","
 		want.WriteString(s)
 		lengths[i] = int64(want.Len())
-		calls = append(calls, &redisbatch.Call{Cmd: []any{"APPEND", k, s}, IntReply: true})
+		calls = append(calls, &rediscoalesce.Call{Cmd: []any{"APPEND", k, s}, IntReply: true})
 	}
-	calls = append(calls, &redisbatch.Call{Cmd: []any{"GET", k}})
+	calls = append(calls, &rediscoalesce.Call{Cmd: []any{"GET", k}})
 	done := make(chan []error)
 	go func() { done <- f.b.DoMany(ctx, calls) }()
 	f.queued(t, len(calls))
@@ -250,7 +250,7 @@ func TestErrorsAreEachCallsOwn(t *testing.T) {
 	run := func(t *testing.T) {
 		t.Helper()
 		release, held := f.inFlight(t)
-		calls := []*redisbatch.Call{
+		calls := []*rediscoalesce.Call{
 			{Script: incr, Keys: []string{f.key("a")}, Args: []any{5}},
 			{Script: boom, Keys: []string{f.key("b")}},
 			{Cmd: []any{"INCR", f.key("str")}, IntReply: true},
@@ -319,7 +319,7 @@ func TestRedisDiesMidBatch(t *testing.T) {
 	}
 	entered, release := f.w.hold()
 	release() // let the pipeline through; entered says when it is sent
-	first := []*redisbatch.Call{
+	first := []*rediscoalesce.Call{
 		{Cmd: []any{"INCR", f.key("a")}, IntReply: true},
 		{Cmd: []any{"DEBUG", "SLEEP", "5"}},
 		{Cmd: []any{"INCR", f.key("a")}, IntReply: true},
@@ -409,7 +409,7 @@ func TestContextCancel(t *testing.T) {
 	t.Run("DoMany", func(t *testing.T) {
 		done, cancel := context.WithCancel(bg)
 		cancel()
-		calls := []*redisbatch.Call{{Cmd: []any{"INCR", f.key("m")}, IntReply: true}, {Cmd: []any{"INCR", f.key("m")}, IntReply: true}}
+		calls := []*rediscoalesce.Call{{Cmd: []any{"INCR", f.key("m")}, IntReply: true}, {Cmd: []any{"INCR", f.key("m")}, IntReply: true}}
 		for i, err := range f.b.DoMany(done, calls) {
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("DoMany with an ended context: call %d gone %v", i, err)
@@ -418,7 +418,7 @@ func TestContextCancel(t *testing.T) {
 
 		release, held := f.inFlight(t)
 		ctx, cancel := context.WithCancel(bg)
-		calls = []*redisbatch.Call{{Cmd: []any{"INCR", f.key("m")}, IntReply: true}, {Cmd: []any{"GET", f.key("m")}}}
+		calls = []*rediscoalesce.Call{{Cmd: []any{"INCR", f.key("m")}, IntReply: true}, {Cmd: []any{"GET", f.key("m")}}}
 		gonec := make(chan []error, 1)
 		go func() { gonec <- f.b.DoMany(ctx, calls) }()
 		f.queued(t, len(calls))
@@ -461,7 +461,7 @@ func TestClose(t *testing.T) {
 		switch {
 		case err == nil:
 			ran++
-		case !errors.Is(err, redisbatch.ErrClosed):
+		case !errors.Is(err, rediscoalesce.ErrClosed):
 			t.Errorf("queued call %d at Close: %v", i, err)
 		}
 	}
@@ -471,14 +471,14 @@ func TestClose(t *testing.T) {
 
 	f.b.Close()
 	for range 50 {
-		if _, err := f.b.DoInt(ctx, "INCR", f.key("after")); !errors.Is(err, redisbatch.ErrClosed) {
+		if _, err := f.b.DoInt(ctx, "INCR", f.key("after")); !errors.Is(err, rediscoalesce.ErrClosed) {
 			t.Fatalf("after Close: %v, want ErrClosed", err)
 		}
 	}
 	for range 20 {
-		calls := []*redisbatch.Call{{Cmd: []any{"INCR", f.key("after")}, IntReply: true}, {Cmd: []any{"GET", f.key("after")}}}
+		calls := []*rediscoalesce.Call{{Cmd: []any{"INCR", f.key("after")}, IntReply: true}, {Cmd: []any{"GET", f.key("after")}}}
 		for i, err := range f.b.DoMany(ctx, calls) {
-			if !errors.Is(err, redisbatch.ErrClosed) {
+			if !errors.Is(err, rediscoalesce.ErrClosed) {
 				t.Fatalf("DoMany after Close: call %d gone %v, want ErrClosed", i, err)
 			}
 		}
@@ -522,7 +522,7 @@ func TestWaitReplicas(t *testing.T) {
 		})
 		f := newFixture(t, master.Addr(), 1, 5*time.Second)
 		release, held := f.inFlight(t)
-		calls := []*redisbatch.Call{
+		calls := []*rediscoalesce.Call{
 			{Cmd: []any{"SET", f.key("s"), "v"}},
 			{Script: script, Keys: []string{f.key("n")}, Args: []any{3}},
 			{Cmd: []any{"INCR", f.key("s")}, IntReply: true},

@@ -1,4 +1,4 @@
-package redisq_test
+package redissource_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/brokertest"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -33,7 +33,7 @@ func TestCluster(t *testing.T) {
 	q.rdb.RPush(ctx, q.name+":processing", "babelqueue-00")
 
 	var requeued atomic.Bool
-	c := consumeWith(t, redisq.Options{Addrs: cl.Addrs(), Queue: q.name, DeadLetter: q.dead, Workers: 2,
+	c := consumeWith(t, redissource.Options{Addrs: cl.Addrs(), Queue: q.name, DeadLetter: q.dead, Workers: 2,
 		HeartbeatTTL: 3 * time.Second, TakeBabelQueueProcessing: true},
 		func(d broker.Delivery) error {
 			switch b := string(d.Message().Body); {
@@ -93,7 +93,7 @@ func TestClusterStream(t *testing.T) {
 		q.xadd(t, brokertest.Message{Body: fmt.Appendf(nil, "c-%d", i)})
 	}
 	var requeued atomic.Bool
-	c := consumeStream(t, redisq.Options{Addrs: cl.Addrs(), Stream: q.name, Group: group, ClaimIdle: 3 * time.Second, DeadLetter: q.dead},
+	c := consumeStream(t, redissource.Options{Addrs: cl.Addrs(), Stream: q.name, Group: group, ClaimIdle: 3 * time.Second, DeadLetter: q.dead},
 		func(d broker.Delivery) error {
 			switch string(d.Message().Body) {
 			case "c-0":

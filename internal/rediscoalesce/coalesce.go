@@ -1,8 +1,8 @@
-// Package redisbatch coalesces the Redis commands that many goroutines
+// Package rediscoalesce coalesces the Redis commands that many goroutines
 // send into pipelines, one in flight at a time: the one way the proxy
 // talks to Redis on its hot path, for the seen-set's claims and commits
 // and for a Redis source's acks alike.
-package redisbatch
+package rediscoalesce
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Batcher coalesces the store calls of every message into pipelines,
+// Coalescer coalesces the store calls of every message into pipelines,
 // one in flight at a time: while a pipeline is on the wire, the claims,
 // renewals and commits that other messages want queue up, and all of
 // them go out together in the next. Under load one round trip then
@@ -29,7 +29,7 @@ import (
 //
 // On a Cluster the client splits a pipeline by node and runs the parts
 // side by side, so each node has one pipeline of this proxy's in flight.
-type Batcher struct {
+type Coalescer struct {
 	c     redis.UniversalClient
 	calls chan *Call
 	stop  chan struct{}
@@ -82,10 +82,10 @@ const (
 // ErrClosed is the error of a call made after Close.
 var ErrClosed = errors.New("redis batcher closed")
 
-// New starts a Batcher on c. timeout bounds each pipeline; waitReplicas
+// New starts a Coalescer on c. timeout bounds each pipeline; waitReplicas
 // > 0 ends each with WAIT waitReplicas waitTimeout (see execWaiting).
-func New(c redis.UniversalClient, timeout time.Duration, waitReplicas int, waitTimeout time.Duration) *Batcher {
-	b := &Batcher{c: c, calls: make(chan *Call, queueLen), stop: make(chan struct{}), exited: make(chan struct{}), timeout: timeout,
+func New(c redis.UniversalClient, timeout time.Duration, waitReplicas int, waitTimeout time.Duration) *Coalescer {
+	b := &Coalescer{c: c, calls: make(chan *Call, queueLen), stop: make(chan struct{}), exited: make(chan struct{}), timeout: timeout,
 		waitReplicas: waitReplicas, waitTimeout: waitTimeout}
 	b.wg.Add(1)
 	go b.loop()
@@ -93,14 +93,14 @@ func New(c redis.UniversalClient, timeout time.Duration, waitReplicas int, waitT
 }
 
 // Close stops the loop; calls still queued fail with ErrClosed.
-func (b *Batcher) Close() {
+func (b *Coalescer) Close() {
 	b.once.Do(func() { close(b.stop) })
 	b.wg.Wait()
 }
 
 // Do runs script on keys (all in one slot on a Cluster) and returns its
 // integer reply. The error is the driver's, untranslated.
-func (b *Batcher) Do(ctx context.Context, s *redis.Script, keys []string, args ...any) (int64, error) {
+func (b *Coalescer) Do(ctx context.Context, s *redis.Script, keys []string, args ...any) (int64, error) {
 	c := &Call{ctx: ctx, Script: s, Keys: keys, Args: args, done: make(chan struct{})}
 	if err := b.wait(c); err != nil {
 		// c may still be running: its fields are not ours to read.
@@ -110,7 +110,7 @@ func (b *Batcher) Do(ctx context.Context, s *redis.Script, keys []string, args .
 }
 
 // DoCmd runs one plain command whose reply is a string or nil.
-func (b *Batcher) DoCmd(ctx context.Context, cmd ...any) (val string, absent bool, err error) {
+func (b *Coalescer) DoCmd(ctx context.Context, cmd ...any) (val string, absent bool, err error) {
 	c := &Call{ctx: ctx, Cmd: cmd, done: make(chan struct{})}
 	if err := b.wait(c); err != nil {
 		return "", false, err
@@ -119,7 +119,7 @@ func (b *Batcher) DoCmd(ctx context.Context, cmd ...any) (val string, absent boo
 }
 
 // DoInt runs one plain command whose reply is an integer (XACK, LREM).
-func (b *Batcher) DoInt(ctx context.Context, cmd ...any) (int64, error) {
+func (b *Coalescer) DoInt(ctx context.Context, cmd ...any) (int64, error) {
 	c := &Call{ctx: ctx, Cmd: cmd, IntReply: true, done: make(chan struct{})}
 	if err := b.wait(c); err != nil {
 		return 0, err
@@ -136,7 +136,7 @@ func (b *Batcher) DoInt(ctx context.Context, cmd ...any) (int64, error) {
 // acked fewer than it carried: every entry of it is acked now, but
 // whether this one still was pending is not known. On a Cluster the
 // stream's one key keeps every merged XACK on one node.
-func (b *Batcher) XAck(ctx context.Context, stream, group, id string) (int64, error) {
+func (b *Coalescer) XAck(ctx context.Context, stream, group, id string) (int64, error) {
 	c := &Call{ctx: ctx, Cmd: []any{"XACK", stream, group, id}, IntReply: true, merge: true, done: make(chan struct{})}
 	if err := b.wait(c); err != nil {
 		return 0, err
@@ -150,7 +150,7 @@ func (b *Batcher) XAck(ctx context.Context, stream, group, id string) (int64, er
 // with whatever else is waiting. gone[i] set means call i has no answer
 // to read (it may still run, so its fields are not the caller's) and
 // gone[i] is why.
-func (b *Batcher) DoMany(ctx context.Context, calls []*Call) (gone []error) {
+func (b *Coalescer) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 	gone = make([]error, len(calls))
 	queued := len(calls)
 	for i, c := range calls {
@@ -191,7 +191,7 @@ func (b *Batcher) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 	return gone
 }
 
-func (b *Batcher) wait(c *Call) error {
+func (b *Coalescer) wait(c *Call) error {
 	ctx := c.ctx
 	select {
 	case b.calls <- c:
@@ -214,7 +214,7 @@ func (b *Batcher) wait(c *Call) error {
 
 // answered is a call's error once the loop has exited: its own if the
 // loop finished it, ErrClosed if it was queued too late to be.
-func (b *Batcher) answered(c *Call) error {
+func (b *Coalescer) answered(c *Call) error {
 	select {
 	case <-c.done:
 		return c.Err
@@ -223,7 +223,7 @@ func (b *Batcher) answered(c *Call) error {
 	}
 }
 
-func (b *Batcher) loop() {
+func (b *Coalescer) loop() {
 	defer b.wg.Done()
 	defer close(b.exited)
 	batch := make([]*Call, 0, maxBatch)
@@ -248,7 +248,7 @@ func (b *Batcher) loop() {
 	}
 }
 
-func (b *Batcher) drain() {
+func (b *Coalescer) drain() {
 	for {
 		select {
 		case c := <-b.calls:
@@ -260,7 +260,7 @@ func (b *Batcher) drain() {
 	}
 }
 
-func (b *Batcher) exec(batch []*Call) {
+func (b *Coalescer) exec(batch []*Call) {
 	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
@@ -407,7 +407,7 @@ var errReplicas = errors.New("not enough replicas acknowledged the write")
 // WAIT. A call on a master whose WAIT fell short fails, whatever it
 // answered. Scripts run as EVAL rather than EVALSHA here, so that no
 // NOSCRIPT retry on another connection escapes the WAIT.
-func (b *Batcher) execWaiting(live []*Call) {
+func (b *Coalescer) execWaiting(live []*Call) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout+b.waitTimeout)
 	defer cancel()
 	type group struct {
@@ -465,7 +465,7 @@ type pipeliner interface {
 
 // runWaiting runs calls and WAIT in one pipeline; false when the node
 // was lost or moved slots (movedOrLost).
-func (b *Batcher) runWaiting(ctx context.Context, p pipeliner, calls []*Call) bool {
+func (b *Coalescer) runWaiting(ctx context.Context, p pipeliner, calls []*Call) bool {
 	pipe := p.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
@@ -534,4 +534,4 @@ func (c *Call) key() string {
 
 // WaitReplicas is the number of replicas each pipeline's writes wait
 // for (0: none).
-func (b *Batcher) WaitReplicas() int { return b.waitReplicas }
+func (b *Coalescer) WaitReplicas() int { return b.waitReplicas }

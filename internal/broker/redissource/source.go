@@ -1,4 +1,4 @@
-// Package redisq is the Redis source in BabelQueue's reliable-queue list
+// Package redissource is the Redis source in BabelQueue's reliable-queue list
 // pattern: producers RPUSH the envelope, byte for byte, and each replica
 // reserves elements with BLMOVE into a processing list of its own, acks
 // with LREM and keeps a heartbeat key alive. A live replica gives the
@@ -6,7 +6,7 @@
 // queue, so a killed replica's messages are delivered again instead of
 // sitting reserved forever (BabelQueue's Go runtime shares one
 // "<queue>:processing" list and never recovers it).
-package redisq
+package redissource
 
 import (
 	"context"

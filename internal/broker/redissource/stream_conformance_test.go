@@ -1,4 +1,4 @@
-package redisq_test
+package redissource_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/brokertest"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -23,7 +23,7 @@ func TestStreamConformance(t *testing.T) {
 // as entry fields, the key as bq-message-id.
 type streamHarness struct{}
 
-func (streamHarness) Kind() string { return redisq.Kind }
+func (streamHarness) Kind() string { return redissource.Kind }
 
 func (streamHarness) Features() brokertest.Features {
 	// Not ordered: a requeued entry waits for the next XAUTOCLAIM while
@@ -47,7 +47,7 @@ func (d *streamDest) Queue() string { return d.q.name }
 func (d *streamDest) Topic() string { return "" }
 
 func (d *streamDest) NewSource(t *testing.T, o brokertest.SourceOptions) broker.Source {
-	opts := redisq.Options{
+	opts := redissource.Options{
 		Name:             o.Name,
 		Addrs:            []string{d.relay.Addr()},
 		Stream:           d.q.name,
@@ -60,7 +60,7 @@ func (d *streamDest) NewSource(t *testing.T, o brokertest.SourceOptions) broker.
 	if o.DeadLetter {
 		opts.DeadLetter = d.q.dead
 	}
-	s, err := redisq.NewStream(opts)
+	s, err := redissource.NewStream(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func (d *streamDest) DeadLetters(t *testing.T, n int, timeout time.Duration) []b
 				switch k {
 				case "body":
 					dl.Body = []byte(s)
-				case redisq.FieldMessageID:
+				case redissource.FieldMessageID:
 					dl.Key = s
 				default:
 					dl.Headers[k] = []string{s}
@@ -122,7 +122,7 @@ func (q *queue) xadd(t testing.TB, m brokertest.Message) {
 	t.Helper()
 	v := map[string]any{"body": m.Body}
 	if m.Key != "" {
-		v[redisq.FieldMessageID] = m.Key
+		v[redissource.FieldMessageID] = m.Key
 	}
 	if m.ContentType != "" {
 		v["content-type"] = m.ContentType

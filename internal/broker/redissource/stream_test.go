@@ -1,4 +1,4 @@
-package redisq_test
+package redissource_test
 
 import (
 	"context"
@@ -16,27 +16,27 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/brokertest"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 // streamConsumer runs a StreamSource with settle as its handler.
 type streamConsumer struct {
-	src    *redisq.StreamSource
+	src    *redissource.StreamSource
 	cancel context.CancelFunc
 	done   chan error
 	mu     sync.Mutex
 	got    []broker.Message
 }
 
-func consumeStream(t *testing.T, o redisq.Options, settle func(broker.Delivery) error) *streamConsumer {
+func consumeStream(t *testing.T, o redissource.Options, settle func(broker.Delivery) error) *streamConsumer {
 	t.Helper()
 	o.Name = "test"
 	o.ReconnectInitial, o.ReconnectMax = 50*time.Millisecond, 300*time.Millisecond
 	if os.Getenv("DEDUPE_TEST_LOG") != "" {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	src, err := redisq.NewStream(o)
+	src, err := redissource.NewStream(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,13 +107,13 @@ func TestStreamDeadConsumerTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := time.Now()
-	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: idle}, ack)
+	c := consumeStream(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: idle}, ack)
 	testutil.Eventually(t, idle+5*time.Second, "taken over", func() bool { return len(c.messages()) == 3 })
 	if took := time.Since(read); took < idle {
 		t.Errorf("taken over %s after the read, before claim_idle %s", took, idle)
 	}
 	for _, m := range c.messages() {
-		if !m.Redelivered || !strings.HasPrefix(m.MessageID, "k-") || m.Headers[redisq.FieldMessageID] != m.MessageID {
+		if !m.Redelivered || !strings.HasPrefix(m.MessageID, "k-") || m.Headers[redissource.FieldMessageID] != m.MessageID {
 			t.Errorf("%q: redelivered %v MessageID %q headers %v", m.Body, m.Redelivered, m.MessageID, m.Headers)
 		}
 	}
@@ -127,7 +127,7 @@ func TestStreamLiveConsumerKeepsItsEntries(t *testing.T) {
 	q := newQueue(t, testutil.RedisAddr())
 	group := testutil.UniqueName("dptest-group-")
 	q.xadd(t, brokertest.Message{Body: []byte("slow")})
-	o := redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: idle}
+	o := redissource.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: idle}
 	release, holding := make(chan struct{}), make(chan struct{})
 	slow := consumeStream(t, o, func(d broker.Delivery) error { close(holding); <-release; return ack(d) })
 	<-holding
@@ -155,7 +155,7 @@ func TestStreamMaxDeliveriesDeadLetters(t *testing.T) {
 	if err := q.rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.name, Values: map[string]any{"payload": "poison", "bq-message-id": "p-1"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group,
+	c := consumeStream(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group,
 		ClaimIdle: 3 * time.Second, MaxDeliveries: 3, BodyField: "payload", DeadLetter: q.dead},
 		func(d broker.Delivery) error { return d.Requeue(context.Background()) })
 	testutil.Eventually(t, 20*time.Second, "dead-lettered", func() bool { return q.rdb.XLen(ctx, q.dead).Val() == 1 })
@@ -184,7 +184,7 @@ func TestStreamStopKeepsRenewingWhileHandlersFinish(t *testing.T) {
 	q := newQueue(t, testutil.RedisAddr())
 	group := testutil.UniqueName("dptest-group-")
 	q.xadd(t, brokertest.Message{Body: []byte("finishing")})
-	o := redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: idle}
+	o := redissource.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: idle}
 	holding := make(chan struct{})
 	slow := consumeStream(t, o, func(d broker.Delivery) error { close(holding); time.Sleep(2 * idle); return ack(d) })
 	<-holding
@@ -205,7 +205,7 @@ func TestStreamGroupDeletedIsCreatedAgain(t *testing.T) {
 	q := newQueue(t, testutil.RedisAddr())
 	group := testutil.UniqueName("dptest-group-")
 	ctx := context.Background()
-	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: 3 * time.Second}, ack)
+	c := consumeStream(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: 3 * time.Second}, ack)
 	q.xadd(t, brokertest.Message{Body: []byte("before")})
 	testutil.Eventually(t, 10*time.Second, "first", func() bool { return len(c.messages()) == 1 })
 	// The handler records a message before it acks it: destroying the
@@ -241,7 +241,7 @@ func TestStreamGiveBackCostsNoDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	var given atomic.Int32
-	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group,
+	c := consumeStream(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group,
 		ClaimIdle: 3 * time.Second, MaxDeliveries: 2, DeadLetter: q.dead},
 		func(d broker.Delivery) error {
 			if given.Add(1) <= 6 {
@@ -273,7 +273,7 @@ func TestStreamStopWaitsForHandedOnDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	handedOn := make(chan broker.Delivery, 1)
-	c := consumeStream(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: 3 * time.Second},
+	c := consumeStream(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group, ClaimIdle: 3 * time.Second},
 		func(d broker.Delivery) error { handedOn <- d; return nil })
 	d := <-handedOn
 	stopped := make(chan struct{})

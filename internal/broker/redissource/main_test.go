@@ -1,4 +1,4 @@
-package redisq_test
+package redissource_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 )
 
 // TestMain runs the package's tests, or, started by a test with
@@ -34,7 +34,7 @@ func hold() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	s, err := redisq.New(redisq.Options{
+	s, err := redissource.New(redissource.Options{
 		Name:         "held",
 		Addrs:        strings.Split(os.Getenv("REDISQ_ADDRS"), ","),
 		Queue:        os.Getenv("REDISQ_QUEUE"),

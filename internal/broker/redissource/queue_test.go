@@ -1,4 +1,4 @@
-package redisq_test
+package redissource_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ type queue struct {
 
 func newQueue(t testing.TB, addrs ...string) *queue {
 	t.Helper()
-	name := testutil.UniqueName("dptest.redisq.")
+	name := testutil.UniqueName("dptest.redissource.")
 	q := &queue{rdb: redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs}), name: name, dead: "{" + name + "}:dead"}
 	t.Cleanup(func() {
 		ctx := context.Background()

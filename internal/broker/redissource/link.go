@@ -1,4 +1,4 @@
-package redisq
+package redissource
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/rediscoalesce"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
@@ -28,7 +28,7 @@ type link struct {
 	// batch sends the settles (acks, requeues, dead letters) of every
 	// worker in shared pipelines, one in flight at a time, as the
 	// seen-set does its claims and commits.
-	batch *redisbatch.Batcher
+	batch *rediscoalesce.Coalescer
 	log   *slog.Logger
 	// what names the key consumed, for Ready: `redis queue "orders"`.
 	what string
@@ -124,5 +124,5 @@ func (l *link) reading(line string) {
 // newLink is the link of one source on rdb.
 func newLink(rdb redis.UniversalClient, what string) link {
 	// A pipeline's bound: the client's read timeout and a write's.
-	return link{rdb: rdb, what: what, batch: redisbatch.New(rdb, 6*time.Second, 0, 0)}
+	return link{rdb: rdb, what: what, batch: rediscoalesce.New(rdb, 6*time.Second, 0, 0)}
 }

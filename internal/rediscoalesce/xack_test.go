@@ -1,4 +1,4 @@
-package redisbatch_test
+package rediscoalesce_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/rediscoalesce"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -59,7 +59,7 @@ func TestXAckMergesAndAnswersEach(t *testing.T) {
 		}
 		return 0
 	}
-	b := redisbatch.New(c, 5*time.Second, 0, 0)
+	b := rediscoalesce.New(c, 5*time.Second, 0, 0)
 	defer b.Close()
 
 	// ackAll holds the one pipeline in flight with a blocking read, so

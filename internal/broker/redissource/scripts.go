@@ -1,4 +1,4 @@
-package redisq
+package redissource
 
 import "github.com/redis/go-redis/v9"
 

@@ -1,4 +1,4 @@
-package redisq_test
+package redissource_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/brokertest"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -22,7 +22,7 @@ func TestConformance(t *testing.T) {
 // its own so a cut drops only that case's connections.
 type harness struct{}
 
-func (harness) Kind() string { return redisq.Kind }
+func (harness) Kind() string { return redissource.Kind }
 
 func (harness) Features() brokertest.Features {
 	// Not ordered: several workers reserve from one list, and a requeued
@@ -44,7 +44,7 @@ func (d *destination) Queue() string { return d.q.name }
 func (d *destination) Topic() string { return "" }
 
 func (d *destination) NewSource(t *testing.T, o brokertest.SourceOptions) broker.Source {
-	opts := redisq.Options{
+	opts := redissource.Options{
 		Name:             o.Name,
 		Addrs:            []string{d.relay.Addr()},
 		Queue:            d.q.name,
@@ -56,7 +56,7 @@ func (d *destination) NewSource(t *testing.T, o brokertest.SourceOptions) broker
 	if o.DeadLetter {
 		opts.DeadLetter = d.q.dead
 	}
-	s, err := redisq.New(opts)
+	s, err := redissource.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func (d *destination) DeadLetters(t *testing.T, n int, timeout time.Duration) []
 		if err != nil {
 			t.Fatal(err)
 		}
-		why, err := redisq.DeadLetterReason(context.Background(), d.q.rdb, d.q.dead, v)
+		why, err := redissource.DeadLetterReason(context.Background(), d.q.rdb, d.q.dead, v)
 		if err != nil {
 			t.Fatal(err)
 		}

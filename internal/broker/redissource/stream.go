@@ -1,4 +1,4 @@
-package redisq
+package redissource
 
 import (
 	"context"
@@ -514,7 +514,7 @@ func (d *streamDelivery) Ack(ctx context.Context) error {
 	}
 	d.s.release(d.e.id)
 	// The acks of every worker that wait behind one pipeline go out as
-	// one XACK (redisbatch.XAck).
+	// one XACK (rediscoalesce.XAck).
 	n, err := d.s.batch.XAck(ctx, d.s.o.Stream, d.s.o.Group, d.e.id)
 	if err != nil {
 		return d.failed("ack", err)

@@ -1,4 +1,4 @@
-package redisq_test
+package redissource_test
 
 import (
 	"bufio"
@@ -20,25 +20,25 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
-	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redisq"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/redissource"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
 // consumer runs a source whose handler acks everything and records it.
 type consumer struct {
-	src    *redisq.Source
+	src    *redissource.Source
 	cancel context.CancelFunc
 	done   chan error
 	mu     sync.Mutex
 	got    []broker.Message
 }
 
-func consume(t *testing.T, o redisq.Options) *consumer {
+func consume(t *testing.T, o redissource.Options) *consumer {
 	t.Helper()
 	return consumeWith(t, o, func(d broker.Delivery) error { return d.Ack(context.Background()) })
 }
 
-func consumeWith(t *testing.T, o redisq.Options, settle func(broker.Delivery) error) *consumer {
+func consumeWith(t *testing.T, o redissource.Options, settle func(broker.Delivery) error) *consumer {
 	t.Helper()
 	if o.Name == "" {
 		o.Name = "test"
@@ -49,7 +49,7 @@ func consumeWith(t *testing.T, o redisq.Options, settle func(broker.Delivery) er
 	if o.ReconnectInitial == 0 {
 		o.ReconnectInitial, o.ReconnectMax = 50*time.Millisecond, 300*time.Millisecond
 	}
-	src, err := redisq.New(o)
+	src, err := redissource.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestPayloadIdentity(t *testing.T) {
 	}
 	q := newQueue(t, testutil.RedisAddr())
 	q.push(t, env)
-	c := consume(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name})
+	c := consume(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name})
 	testutil.Eventually(t, 10*time.Second, "delivered", func() bool { return len(c.messages()) == 1 })
 	m := c.messages()[0]
 	if !bytes.Equal(m.Body, env) {
@@ -188,7 +188,7 @@ func TestKilledReplicaMessagesBackInQueue(t *testing.T) {
 	// One worker, busy with the first of the later messages until the
 	// dead replica's are back in the queue: they must be at its head.
 	first := true
-	c := consumeWith(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl, Workers: 1},
+	c := consumeWith(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl, Workers: 1},
 		func(d broker.Delivery) error {
 			if first {
 				first = false
@@ -229,10 +229,10 @@ func TestLiveReplicaKeepsItsMessages(t *testing.T) {
 	q := newQueue(t, testutil.RedisAddr())
 	q.push(t, []byte("slow"))
 	release, holding := make(chan struct{}), make(chan struct{})
-	slow := consumeWith(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl},
+	slow := consumeWith(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl},
 		func(d broker.Delivery) error { close(holding); <-release; return d.Ack(context.Background()) })
 	<-holding
-	other := consume(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl})
+	other := consume(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl})
 	time.Sleep(2 * ttl)
 	if got := other.bodies(); len(got) != 0 {
 		t.Fatalf("a second replica got %q while the first was holding it", got)
@@ -258,7 +258,7 @@ func TestBabelQueueProcessingOnlyWhenAsked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o := redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name}
+	o := redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name}
 	c := consume(t, o)
 	time.Sleep(1500 * time.Millisecond)
 	c.stop(t)
@@ -287,11 +287,11 @@ func TestWrongTypeQueue(t *testing.T) {
 	if err := q.rdb.Set(ctx, q.name, "not a list", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := consume(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name})
+	c := consume(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name})
 	var ready error
 	testutil.Eventually(t, 10*time.Second, "Ready reports the wrong type", func() bool {
 		ready = c.src.Ready()
-		return errors.Is(ready, redisq.ErrWrongType)
+		return errors.Is(ready, redissource.ErrWrongType)
 	})
 	if !strings.Contains(ready.Error(), q.name) || !strings.Contains(ready.Error(), "not a list") {
 		t.Errorf("Ready = %q: want the key and what is wrong", ready)
@@ -320,7 +320,7 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	var mu sync.Mutex
 	acked := map[string]bool{}
 	ackErrs := map[string][]string{} // why each failed ack failed, for the failure message
-	c := consumeWith(t, redisq.Options{Addrs: []string{srv.Addr()}, Queue: q.name, Workers: 4, HeartbeatTTL: 3 * time.Second},
+	c := consumeWith(t, redissource.Options{Addrs: []string{srv.Addr()}, Queue: q.name, Workers: 4, HeartbeatTTL: 3 * time.Second},
 		func(d broker.Delivery) error {
 			time.Sleep(50 * time.Millisecond)
 			if err := d.Ack(context.Background()); err != nil {
@@ -407,7 +407,7 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 func TestDeadLetterReasonReadable(t *testing.T) {
 	q := newQueue(t, testutil.RedisAddr())
 	q.push(t, []byte(`{"meta":{"id":"bad-1"}}`))
-	c := consumeWith(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, DeadLetter: q.dead},
+	c := consumeWith(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, DeadLetter: q.dead},
 		func(d broker.Delivery) error {
 			return d.DeadLetter(context.Background(), broker.DeadLetterInfo{Reason: "permanent: status 422", LastStatus: 422, Attempts: 1})
 		})
@@ -426,7 +426,7 @@ func TestDeadLetterReasonReadable(t *testing.T) {
 	if why[broker.HeaderReason] != "permanent: status 422" || why[broker.HeaderLastStatus] != "422" || why[broker.HeaderOriginalQueue] != q.name {
 		t.Fatalf("reason record %v", why)
 	}
-	if got, _ := redisq.DeadLetterReason(ctx, q.rdb, q.dead, elem); got[broker.HeaderReason] != why[broker.HeaderReason] {
+	if got, _ := redissource.DeadLetterReason(ctx, q.rdb, q.dead, elem); got[broker.HeaderReason] != why[broker.HeaderReason] {
 		t.Fatalf("DeadLetterReason = %v", got)
 	}
 	if n := q.llen(t, q.name); n != 0 {
@@ -437,12 +437,12 @@ func TestDeadLetterReasonReadable(t *testing.T) {
 // A dead-letter list outside the queue's hash tag is refused: on
 // Cluster it would be in another slot, out of the settle script's reach.
 func TestDeadLetterMustShareHashTag(t *testing.T) {
-	_, err := redisq.New(redisq.Options{Addrs: []string{"127.0.0.1:1"}, Queue: "orders", DeadLetter: "orders.dead"})
+	_, err := redissource.New(redissource.Options{Addrs: []string{"127.0.0.1:1"}, Queue: "orders", DeadLetter: "orders.dead"})
 	if err == nil || !strings.Contains(err.Error(), "{orders}") {
 		t.Fatalf("New = %v, want a refusal naming the hash tag {orders}", err)
 	}
 	for _, ok := range []struct{ queue, dead string }{{"orders", "{orders}:dead"}, {"{jobs}.high", "{jobs}:dead"}} {
-		s, err := redisq.New(redisq.Options{Addrs: []string{"127.0.0.1:1"}, Queue: ok.queue, DeadLetter: ok.dead})
+		s, err := redissource.New(redissource.Options{Addrs: []string{"127.0.0.1:1"}, Queue: ok.queue, DeadLetter: ok.dead})
 		if err != nil {
 			t.Errorf("queue %q dead %q: %v", ok.queue, ok.dead, err)
 			continue
@@ -459,14 +459,14 @@ func TestStopKeepsHeartbeatWhileHandlersFinish(t *testing.T) {
 	q := newQueue(t, testutil.RedisAddr())
 	q.push(t, []byte("finishing"))
 	holding := make(chan struct{})
-	slow := consumeWith(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl},
+	slow := consumeWith(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl},
 		func(d broker.Delivery) error {
 			close(holding)
 			time.Sleep(2 * ttl)
 			return d.Ack(context.Background())
 		})
 	<-holding
-	other := consume(t, redisq.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl})
+	other := consume(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Queue: q.name, HeartbeatTTL: ttl})
 	slow.stop(t) // returns once the handler acked
 	if got := other.bodies(); len(got) != 0 {
 		t.Fatalf("another replica got %q while the stopping one finished it", got)

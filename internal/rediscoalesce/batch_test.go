@@ -1,4 +1,4 @@
-package redisbatch_test
+package rediscoalesce_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dedupe-proxy/dedupe-proxy/internal/redisbatch"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/rediscoalesce"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
 )
 
@@ -20,14 +20,14 @@ func TestRepliesAreEachCallsOwn(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: testutil.RedisAddr()})
 	defer c.Close()
 	ctx := context.Background()
-	prefix := testutil.UniqueName("redisbatch") + ":"
+	prefix := testutil.UniqueName("rediscoalesce") + ":"
 	t.Cleanup(func() {
 		iter := c.Scan(ctx, 0, "{"+prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
 			c.Del(ctx, iter.Val())
 		}
 	})
-	b := redisbatch.New(c, 5*time.Second, 0, 0)
+	b := rediscoalesce.New(c, 5*time.Second, 0, 0)
 	defer b.Close()
 	move := redis.NewScript(`local v = redis.call('GET', KEYS[1]); if not v then return 0 end
 redis.call('SET', KEYS[2], v); redis.call('DEL', KEYS[1]); return tonumber(v)`)
@@ -53,7 +53,7 @@ redis.call('SET', KEYS[2], v); redis.call('DEL', KEYS[1]); return tonumber(v)`)
 	}
 	wg.Wait()
 	// A reply error is the call's alone.
-	calls := []*redisbatch.Call{
+	calls := []*rediscoalesce.Call{
 		{Cmd: []any{"SET", "{" + prefix + "s}", "x"}},
 		{Cmd: []any{"INCR", "{" + prefix + "s}"}, IntReply: true},
 	}
@@ -62,7 +62,7 @@ redis.call('SET', KEYS[2], v); redis.call('DEL', KEYS[1]); return tonumber(v)`)
 		t.Errorf("SET then INCR of a string: gone %v, errors %v / %v; want the INCR's error only", gone, calls[0].Err, calls[1].Err)
 	}
 	b.Close()
-	if _, err := b.DoInt(ctx, "PING"); !errors.Is(err, redisbatch.ErrClosed) {
+	if _, err := b.DoInt(ctx, "PING"); !errors.Is(err, rediscoalesce.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 }

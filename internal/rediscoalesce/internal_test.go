@@ -1,4 +1,4 @@
-package redisbatch
+package rediscoalesce
 
 import (
 	"context"
