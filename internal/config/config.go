@@ -25,12 +25,15 @@ type Config struct {
 	// Redis without seeing each other's keys.
 	Consumer        string        `mapstructure:"consumer"`
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
-	Log             Log           `mapstructure:"log"`
-	Admin           Admin         `mapstructure:"admin"`
-	App             App           `mapstructure:"app"`
-	SeenSet         SeenSet       `mapstructure:"seenset"`
-	Delivery        Delivery      `mapstructure:"delivery"`
-	Sources         []Source      `mapstructure:"-"`
+	// HeapFloor is the Go heap size below which no collection starts
+	// (internal/gcfloor); 0 leaves GOGC alone.
+	HeapFloor ByteSize `mapstructure:"heap_floor"`
+	Log       Log      `mapstructure:"log"`
+	Admin     Admin    `mapstructure:"admin"`
+	App       App      `mapstructure:"app"`
+	SeenSet   SeenSet  `mapstructure:"seenset"`
+	Delivery  Delivery `mapstructure:"delivery"`
+	Sources   []Source `mapstructure:"-"`
 }
 
 // Log configures slog.
@@ -227,6 +230,7 @@ func Default() Config {
 	return Config{
 		Consumer:        "",
 		ShutdownTimeout: 30 * time.Second,
+		HeapFloor:       16 << 20,
 		Log:             Log{Level: "info", Format: "json"},
 		Admin:           Admin{Listen: "127.0.0.1:9090"},
 		App: App{

@@ -28,6 +28,9 @@ func (c *Config) Validate() error {
 		p.Add("consumer", "must be set to a name of letters, digits, '.', '_' or '-' (it namespaces the keys), got %q", c.Consumer)
 	}
 	p.Positive("shutdown_timeout", c.ShutdownTimeout)
+	if c.HeapFloor < 0 {
+		p.Add("heap_floor", "must be 0 (off) or a size such as 16MiB, got %d", c.HeapFloor)
+	}
 	p.OneOf("log.level", c.Log.Level, enums["log.level"]...)
 	p.OneOf("log.format", c.Log.Format, enums["log.format"]...)
 	if c.Admin.Listen != "" {

@@ -23,6 +23,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/claim"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/gcfloor"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/metrics"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
@@ -312,6 +313,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("dedupe-proxy starting", append([]any{"version", build().Version, "consumer", d.cfg.Consumer,
 		"sources", len(d.sources), "seenset", d.cfg.SeenSet.Backend, "app", redactURL(d.cfg.App.URL)}, d.listeners()...)...)
 	d.durable.start()
+	// The process's live heap is a few MiB: without a floor the
+	// collector runs every few MiB allocated, which was the largest
+	// single cost per message (docs/performance.md).
+	defer gcfloor.Start(int64(d.cfg.HeapFloor)).Stop()
 
 	healthDone := make(chan struct{})
 	hctx, stopHealth := context.WithCancel(context.Background())
