@@ -30,7 +30,9 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/statelog"
 )
 
-// DefaultOpTimeout bounds each claim, commit and release round trip.
+// DefaultOpTimeout bounds each claim, commit and release round trip (up
+// to a fifth more: calls starting close together share one deadline,
+// see deadlines).
 const DefaultOpTimeout = 5 * time.Second
 
 // DefaultCommitBackoff spaces a commit's tries when no policy is given:
@@ -68,6 +70,8 @@ type Protocol struct {
 	commitAttempts int
 	backoff        backoff.Policy
 	opTimeout      time.Duration
+	// ops bounds each claim, commit and release by opTimeout.
+	ops            *deadlines
 	maxRequestTime time.Duration
 	tokens         *seenset.Tokens
 	// locals are the keys this process holds or is claiming, kept the
@@ -98,6 +102,7 @@ func New(o Options) *Protocol {
 		commitAttempts: o.CommitAttempts,
 		backoff:        o.Backoff,
 		opTimeout:      o.OpTimeout,
+		ops:            newDeadlines(o.OpTimeout),
 		maxRequestTime: o.MaxRequestTime,
 		tokens:         seenset.NewTokens(),
 		locals:         newLocalClaims(),
@@ -122,7 +127,7 @@ func (p *Protocol) Lease() time.Duration { return p.lease }
 // already holds the key is Claimed again (the lease is reset), so a claim
 // whose answer was lost is retried under the same token.
 func (p *Protocol) claim(ctx context.Context, key, token string) (seenset.ClaimResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.opTimeout)
+	ctx, cancel := p.ops.bound(ctx)
 	defer cancel()
 	return p.store.Claim(ctx, key, token, p.lease)
 }
@@ -143,7 +148,7 @@ func (p *Protocol) renew(ctx context.Context, key, token string) error {
 func (p *Protocol) commit(ctx context.Context, key, token string) error {
 	var err error
 	for try := 1; try <= p.commitAttempts; try++ {
-		cctx, cancel := context.WithTimeout(ctx, p.opTimeout)
+		cctx, cancel := p.ops.bound(ctx)
 		err = p.store.Commit(cctx, key, token, p.ttl)
 		cancel()
 		if err == nil || errors.Is(err, seenset.ErrNotOwner) {
@@ -159,7 +164,7 @@ func (p *Protocol) commit(ctx context.Context, key, token string) error {
 // release gives the claim up so the key can be claimed again at once: the
 // app answered that it failed, or no request went out.
 func (p *Protocol) release(ctx context.Context, key, token string) error {
-	ctx, cancel := context.WithTimeout(ctx, p.opTimeout)
+	ctx, cancel := p.ops.bound(ctx)
 	defer cancel()
 	return p.store.Release(ctx, key, token)
 }
@@ -169,7 +174,7 @@ func (p *Protocol) release(ctx context.Context, key, token string) error {
 // until then no replica, this one included, may send the key again.
 func (p *Protocol) keep(ctx context.Context, key, token string, until time.Time) error {
 	lease := max(time.Until(until), p.lease)
-	ctx, cancel := context.WithTimeout(ctx, p.opTimeout)
+	ctx, cancel := p.ops.bound(ctx)
 	defer cancel()
 	return p.store.Renew(ctx, key, token, lease)
 }
