@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // produceSync produces rec and waits until every in-sync replica has it
@@ -33,6 +34,9 @@ type ProducerOptions struct {
 	// NetworkTimeout bounds a dial. Default 5s.
 	NetworkTimeout time.Duration `mapstructure:"-"`
 	Logger         *slog.Logger  `mapstructure:"-"`
+	// ConfigPath is where these options are in the config file, for
+	// the errors that name a setting to fix. Default "kafka".
+	ConfigPath string `mapstructure:"-"`
 }
 
 // Producer produces to one topic and returns only once every in-sync
@@ -43,6 +47,8 @@ type Producer struct {
 	cl      *kgo.Client
 	topic   string
 	timeout time.Duration
+	o       ProducerOptions
+	sasl    *saslWatch
 }
 
 // NewProducer returns a Producer; it connects on the first produce. It
@@ -52,11 +58,12 @@ func NewProducer(o ProducerOptions) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(opts...)
+	w := &saslWatch{}
+	cl, err := kgo.NewClient(append(opts, kgo.WithHooks(w))...)
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{cl: cl, topic: o.Topic, timeout: o.Timeout}, nil
+	return &Producer{cl: cl, topic: o.Topic, timeout: o.Timeout, o: o, sasl: w}, nil
 }
 
 // clientOpts fills in o's defaults and returns its client's options:
@@ -71,6 +78,9 @@ func (o *ProducerOptions) clientOpts() ([]kgo.Opt, error) {
 	}
 	if o.ClientID == "" {
 		o.ClientID = "dedupe-proxy"
+	}
+	if o.ConfigPath == "" {
+		o.ConfigPath = "kafka"
 	}
 	defaultDuration(&o.Timeout, 10*time.Second)
 	defaultDuration(&o.NetworkTimeout, 5*time.Second)
@@ -91,7 +101,7 @@ func (o *ProducerOptions) clientOpts() ([]kgo.Opt, error) {
 // acknowledged whatever its key. It is as cheap a request as reaches
 // the cluster through the client's TLS and SASL.
 func (p *Producer) Reachable(ctx context.Context) error {
-	resp, err := TopicMetadata(ctx, p.cl, []string{p.topic})
+	resp, err := p.metadata(ctx)
 	if err != nil {
 		return fmt.Errorf("kafka: brokers not reachable: %w", err)
 	}
@@ -113,6 +123,14 @@ func (p *Producer) Reachable(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("kafka: topic %s: not in the brokers' answer", p.topic)
+}
+
+// metadata asks for the topic's metadata; an error that is the brokers
+// refusing the client's SASL or TLS names the setting to fix.
+func (p *Producer) metadata(ctx context.Context) (*kmsg.MetadataResponse, error) {
+	start := time.Now()
+	resp, err := TopicMetadata(ctx, p.cl, []string{p.topic})
+	return resp, explainRefusal(err, p.sasl, start, p.o.SASL, p.o.TLS, p.o.ConfigPath)
 }
 
 // Produce produces rec to the producer's topic (rec.Topic is set) with
