@@ -78,3 +78,20 @@ func TestCheckTargetTLS(t *testing.T) {
 		})
 	}
 }
+
+// A mechanism the brokers do not offer: sasl.mechanism is named.
+func TestCheckTargetSASLMechanismNotOffered(t *testing.T) {
+	c := kafkatest.Start(t, 1, []string{"hooks"}, kfake.EnableSASL(), kfake.Superuser("PLAIN", "alice", "alice-s3cret"))
+	c.ControlKey(kmsg.SASLHandshake.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := req.(*kmsg.SASLHandshakeRequest).ResponseKind().(*kmsg.SASLHandshakeResponse)
+		resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
+		resp.SupportedMechanisms = []string{"SCRAM-SHA-512"}
+		return resp, nil, true
+	})
+	r := checkTarget(t, kafka.ProducerOptions{Brokers: c.Addrs, Topic: "hooks", SASL: kafka.SASL{Mechanism: "plain", Username: "alice", Password: "alice-s3cret"}})
+	want := "the brokers do not offer SASL mechanism plain: check webhook.target.kafka.sasl.mechanism: UNSUPPORTED_SASL_MECHANISM"
+	if r.Level != probe.Fail || !strings.Contains(r.Finding, want) {
+		t.Fatalf("%s: %s, want FAIL with %q", r.Level, r.Finding, want)
+	}
+}
