@@ -153,11 +153,13 @@ var Kinds = []Kind{
 			},
 			NewSink: func(t WebhookTarget, log *slog.Logger) (webhook.Sink, error) {
 				o := t.Kafka
-				o.Logger = log
+				o.Logger, o.ConfigPath = log, "webhook.target.kafka"
 				return webhook.NewKafkaSink(o)
 			},
 			Check: func(c *probe.Checker, t WebhookTarget, source string) {
-				kafka.CheckTarget(c, source, t.Kafka.Brokers, t.Kafka.Topic)
+				o := t.Kafka
+				o.ConfigPath = "webhook.target.kafka"
+				kafka.CheckTarget(c, source, o)
 			},
 		},
 	},

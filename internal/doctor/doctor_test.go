@@ -12,8 +12,10 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/broker/kafka/kafkatest"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/doctor"
@@ -315,4 +317,59 @@ func TestQuorumDeliveryLimitWithoutDeadLetterExchange(t *testing.T) {
 	has(t, r, doctor.Warn, "rabbitmq dead letters (source orders)", "has no x-dead-letter-exchange argument")
 	has(t, r, doctor.OK, "rabbitmq delivery limit (source refunds)", fmt.Sprintf("dead-letter exchange %q", e.ex))
 	has(t, r, doctor.OK, "rabbitmq dead letters (source refunds)", fmt.Sprintf("has x-dead-letter-exchange %q", e.ex))
+}
+
+// A webhook source's Kafka target behind SASL: doctor connects with the
+// target's own SASL settings, so the right credentials pass and wrong
+// ones (or none) fail, naming the setting to fix.
+func TestWebhookKafkaTargetSASL(t *testing.T) {
+	kc := kafkatest.Start(t, 1, []string{"hooks"}, kfake.EnableSASL(),
+		kfake.Superuser("PLAIN", "alice", "alice-s3cret"), kfake.Superuser("SCRAM-SHA-256", "bob", "bob-s3cret"))
+	cfg := config.Default()
+	cfg.Consumer, cfg.SeenSet.Backend, cfg.Admin.Listen = "doctor", "memory", ""
+	w := config.DefaultSource()
+	w.Name, w.Type = "hooks", "webhook"
+	w.Webhook.Listen = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	w.Webhook.Profile, w.Webhook.AllowUnsignedOn = "none", w.Webhook.Listen
+	w.Key = []string{"json:id"}
+	w.Webhook.Target.Broker = "kafka"
+	w.Webhook.Target.Kafka.Brokers, w.Webhook.Target.Kafka.Topic = kc.Addrs, "hooks"
+	cfg.Sources = []config.Source{w}
+	check := "kafka " + strings.Join(kc.Addrs, ",") + " (webhook source hooks)"
+	for _, tc := range []struct {
+		name    string
+		sasl    kafka.SASL
+		level   doctor.Level
+		finding string
+	}{
+		{"plain", kafka.SASL{Mechanism: "plain", Username: "alice", Password: "alice-s3cret"}, doctor.OK, "reachable (1 brokers)"},
+		{"scram", kafka.SASL{Mechanism: "scram-sha-256", Username: "bob", Password: "bob-s3cret"}, doctor.OK, "reachable (1 brokers)"},
+		{"wrong password", kafka.SASL{Mechanism: "plain", Username: "alice", Password: "wrong"},
+			doctor.Fail, `refused the SASL credentials of user "alice" (mechanism plain; the broker ended the connection during authentication: EOF): check webhook.target.kafka.sasl.username, webhook.target.kafka.sasl.password and webhook.target.kafka.sasl.mechanism`},
+		{"wrong mechanism", kafka.SASL{Mechanism: "scram-sha-512", Username: "bob", Password: "bob-s3cret"},
+			doctor.Fail, "check webhook.target.kafka.sasl.username, webhook.target.kafka.sasl.password and webhook.target.kafka.sasl.mechanism"},
+		{"none", kafka.SASL{}, doctor.Fail, "as brokers that require SASL do: set webhook.target.kafka.sasl"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cfg
+			c.Sources = []config.Source{w}
+			c.Sources[0].Webhook.Target.Kafka.SASL = tc.sasl
+			if err := c.Validate(); err != nil {
+				t.Fatalf("test config invalid: %v", err)
+			}
+			r := doctor.Run(context.Background(), &c, doctor.Options{Timeout: 2 * time.Second})
+			has(t, r, tc.level, check, tc.finding)
+			if tc.level == doctor.OK {
+				has(t, r, doctor.OK, "kafka topic hooks (source hooks)", "exists: 1 partitions")
+			}
+			var b bytes.Buffer
+			r.Print(&b)
+			if tc.sasl.Password != "" && strings.Contains(b.String(), tc.sasl.Password) {
+				t.Errorf("password printed:\n%s", b.String())
+			}
+			if t.Failed() {
+				t.Logf("doctor:\n%s", b.String())
+			}
+		})
+	}
 }

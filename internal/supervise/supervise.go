@@ -44,6 +44,10 @@ type Options struct {
 	// OnChange is called, with the Dep's lock held, on every transition
 	// (a metric that follows the state); nil: none.
 	OnChange func(up bool)
+	// Severe logs the start of an outage at error instead of warn: a
+	// loss that is a misconfiguration rather than weather (a dead-letter
+	// exchange that does not exist).
+	Severe bool
 }
 
 // Dep is one dependency's state. Its methods are safe for concurrent use.
@@ -51,6 +55,7 @@ type Dep struct {
 	log      *slog.Logger
 	lines    Lines
 	onChange func(bool)
+	start    slog.Level // of an outage's first line
 
 	mu       sync.Mutex
 	up       bool
@@ -65,7 +70,10 @@ func New(o Options) *Dep {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	d := &Dep{log: o.Log, lines: o.Lines, onChange: o.OnChange, up: o.Up, err: o.Err, open: make(chan struct{})}
+	d := &Dep{log: o.Log, lines: o.Lines, onChange: o.OnChange, start: slog.LevelWarn, up: o.Up, err: o.Err, open: make(chan struct{})}
+	if o.Severe {
+		d.start = slog.LevelError
+	}
 	if o.Up {
 		d.err = nil
 		close(d.open)
@@ -144,10 +152,10 @@ func (d *Dep) SetUp(attrs ...any) bool {
 }
 
 // SetDown records err (a nil err keeps the last one) and takes the
-// dependency down. The first failure of an outage is logged at warn with
-// the Lost line when lost (the dependency had been up), else the Failing
-// line; later ones at debug. attrs follow err. It reports whether the
-// dependency was up.
+// dependency down. The first failure of an outage is logged at warn (at
+// error when Severe) with the Lost line when lost (the dependency had
+// been up), else the Failing line; later ones at debug. attrs follow
+// err. It reports whether the dependency was up.
 func (d *Dep) SetDown(err error, lost bool, attrs ...any) (wasUp bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -158,7 +166,7 @@ func (d *Dep) SetDown(err error, lost bool, attrs ...any) (wasUp bool) {
 	}
 	level := slog.LevelDebug
 	if d.downAt.IsZero() {
-		level, d.downAt = slog.LevelWarn, time.Now()
+		level, d.downAt = d.start, time.Now()
 	}
 	if line != "" {
 		d.log.Log(context.Background(), level, line, append([]any{"err", errText(d.err)}, attrs...)...)

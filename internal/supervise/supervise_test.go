@@ -303,3 +303,23 @@ func TestProbe(t *testing.T) {
 		t.Fatal("a check cut by shutdown took the Dep down")
 	}
 }
+
+// Severe starts each outage at error; its repeats are still debug.
+func TestDepSevere(t *testing.T) {
+	var logs logLines
+	d := New(Options{Log: slog.New(&logs), Lines: lines, Up: true, Severe: true})
+	d.SetDown(errors.New("404"), true)
+	d.SetDown(errors.New("404 again"), true)
+	d.SetUp()
+	d.SetDown(errors.New("404"), true)
+	got := logs.take()
+	want := []string{"ERROR lost err=404", "DEBUG lost err=404 again", "INFO up down_for=", "ERROR lost err=404"}
+	if len(got) != len(want) {
+		t.Fatalf("logged %q, want %q", got, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Fatalf("logged %q, want %q", got, want)
+		}
+	}
+}

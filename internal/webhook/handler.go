@@ -385,7 +385,14 @@ func (h *Handler) enqueue(ctx context.Context, w http.ResponseWriter, s *claim.S
 		// Not confirmed: the sender retries, and a copy that did land
 		// is caught by the consuming source's own key.
 		h.letGo(ctx, s, e.Key)
-		h.log.Warn("webhook not stored: publish not confirmed", "key", e.Key, "err", err)
+		// A target the sink knows to be down has had its outage
+		// logged once by the sink; each request refused meanwhile is
+		// debug.
+		level := slog.LevelWarn
+		if h.o.Sink.Ready() != nil {
+			level = slog.LevelDebug
+		}
+		h.log.Log(context.Background(), level, "webhook not stored: publish not confirmed", "key", e.Key, "err", err)
 		h.refuse(w, http.StatusServiceUnavailable, metrics.WebhookTargetUnavailable, "broker unavailable", unavailableRetryAfter)
 		return
 	}

@@ -127,6 +127,22 @@ func rabbitSink(t *testing.T, url, queue string) *RabbitSink {
 	return s
 }
 
+// kafkaSink starts a sink producing to topic, run as the listener runs
+// it, and waits for its first probe to find the brokers.
+func kafkaSink(t *testing.T, brokers []string, topic string, log *slog.Logger) *KafkaSink {
+	t.Helper()
+	s, err := NewKafkaSink(kafka.ProducerOptions{Brokers: brokers, Topic: topic, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; _ = s.Close() })
+	tu.Eventually(t, 10*time.Second, "sink connected", func() bool { return s.Ready() == nil })
+	return s
+}
+
 func (r *rig) rejected(reason string) float64 {
 	return testutil.ToFloat64(r.m.Webhook.Rejected.WithLabelValues("hooks", reason))
 }
@@ -355,12 +371,7 @@ func TestUnroutableIs503(t *testing.T) {
 // bq-message-id, once for two deliveries.
 func TestKafkaSinkOnePublish(t *testing.T) {
 	kc := kafkatest.Start(t, 1, []string{"hooks"})
-	sink, err := NewKafkaSink(kafka.ProducerOptions{Brokers: kc.Addrs, Topic: "hooks"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sink.Close() })
-	r := newRig(t, newStore(t, tu.RedisAddr()), sink, nil)
+	r := newRig(t, newStore(t, tu.RedisAddr()), kafkaSink(t, kc.Addrs, "hooks", testLogger()), nil)
 	body := []byte(`{"k":1}`)
 	for range 2 {
 		if code, _ := send(t, signed(t, r.url, "msg_k", body, time.Now())); code != http.StatusOK {

@@ -6,7 +6,8 @@ import (
 
 // Client returns a kgo client with the source's brokers, TLS and SASL
 // that consumes nothing, for requests of its own (dedupe-proxy doctor
-// asks for topic metadata and the group's state). The caller closes it.
-func (s *Source) Client() (*kgo.Client, error) {
-	return kgo.NewClient(s.baseOpts()...)
+// asks for topic metadata and the group's state), with extra options
+// (hooks). The caller closes it.
+func (s *Source) Client(extra ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append(s.baseOpts(), extra...)...)
 }

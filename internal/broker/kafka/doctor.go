@@ -1,9 +1,11 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,7 +25,8 @@ func Check(c *probe.Checker, o Options) {
 		c.Add(probe.Fail, check, "%v", err)
 		return
 	}
-	cl, err := src.Client()
+	w := &saslWatch{}
+	cl, err := src.Client(kgo.WithHooks(w))
 	if err != nil {
 		c.Add(probe.Fail, check, "%v", err)
 		return
@@ -33,17 +36,23 @@ func Check(c *probe.Checker, o Options) {
 	if o.DeadLetterTopic != "" {
 		topics = append(topics, o.DeadLetterTopic)
 	}
-	if !checkTopics(c, cl, check, o.Name, topics, o.DeadLetterTopic) {
+	metadata := func(ctx context.Context) (*kmsg.MetadataResponse, error) {
+		start := time.Now()
+		resp, err := TopicMetadata(ctx, cl, topics)
+		return resp, explainRefusal(err, w, start, o.SASL, o.TLS, "kafka")
+	}
+	if !checkTopics(c, metadata, check, o.Name, topics, o.DeadLetterTopic) {
 		return
 	}
 	checkGroup(c, cl, o.Name, o.Group)
 }
 
-// checkTopics reports each topic; false when the brokers did not answer.
-func checkTopics(c *probe.Checker, cl *kgo.Client, check, source string, topics []string, deadLetter string) bool {
+// checkTopics reports each topic of the answer of metadata (a request
+// for them); false when the brokers did not answer.
+func checkTopics(c *probe.Checker, metadata func(context.Context) (*kmsg.MetadataResponse, error), check, source string, topics []string, deadLetter string) bool {
 	ctx, cancel := c.Context()
 	defer cancel()
-	resp, err := TopicMetadata(ctx, cl, topics)
+	resp, err := metadata(ctx)
 	if err != nil {
 		c.Add(probe.Fail, check, "not reachable: %v", err)
 		return false
@@ -109,14 +118,16 @@ func checkGroup(c *probe.Checker, cl *kgo.Client, source, group string) {
 }
 
 // CheckTarget is doctor's check of a webhook source's Kafka target: the
-// brokers answer, and the topic exists.
-func CheckTarget(c *probe.Checker, source string, brokers []string, topic string) {
-	check := fmt.Sprintf("kafka %s (webhook source %s)", strings.Join(brokers, ","), source)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(c.Timeout), kgo.ClientID("dedupe-proxy-doctor"))
+// brokers answer the sink's own client (its TLS and SASL), and the topic
+// exists.
+func CheckTarget(c *probe.Checker, source string, o ProducerOptions) {
+	check := fmt.Sprintf("kafka %s (webhook source %s)", strings.Join(o.Brokers, ","), source)
+	o.NetworkTimeout, o.ClientID = c.Timeout, "dedupe-proxy-doctor"
+	p, err := NewProducer(o)
 	if err != nil {
 		c.Add(probe.Fail, check, "%v", err)
 		return
 	}
-	defer cl.Close()
-	checkTopics(c, cl, check, source, []string{topic}, "")
+	defer p.Close()
+	checkTopics(c, p.metadata, check, source, []string{o.Topic}, "")
 }

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/backoff"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/supervise"
 )
 
 // Errors of Publish besides the broker's own (a closed channel's reason).
@@ -65,6 +66,12 @@ type Publisher struct {
 	reopen  backoff.Policy
 	timeout time.Duration
 
+	// dep follows publishing: lost when the broker closes the channel,
+	// up again at the next confirmed publish, since a reopened channel
+	// does not prove the cause (the exchange) fixed. An outage is logged
+	// once each way, the closes and reopens in between at debug.
+	dep *supervise.Dep
+
 	mu sync.Mutex
 	// cur is the open channel; nil while it is being reopened, and then
 	// down says why.
@@ -106,6 +113,11 @@ func NewPublisher(conn *amqp.Connection, o PublisherOptions) (*Publisher, error)
 	}
 	p := &Publisher{conn: conn, name: o.Name, log: o.Logger, reopen: o.Reopen, timeout: o.Timeout,
 		bounced: map[string]bool{}, stop: make(chan struct{}), watched: make(chan struct{})}
+	p.dep = supervise.New(supervise.Options{Log: o.Logger, Up: true, Severe: true, Lines: supervise.Lines{
+		Up:      "rabbitmq " + o.Name + " publishing again",
+		Lost:    "rabbitmq " + o.Name + " channel closed by the broker; publishing fails until it reopens and a publish goes through",
+		Failing: "rabbitmq cannot reopen the " + o.Name + " channel, retrying",
+	}})
 	pc, err := p.open()
 	if err != nil {
 		return nil, err
@@ -162,8 +174,7 @@ func (p *Publisher) watch() {
 			}
 			return
 		}
-		p.log.Error("rabbitmq "+p.name+" channel closed by the broker; publishing fails until it reopens",
-			"code", e.Code, "reason", e.Reason)
+		p.dep.SetDown(pc.why, true, "code", e.Code, "reason", e.Reason)
 		p.mu.Lock()
 		p.cur, p.down = nil, pc.why
 		p.mu.Unlock()
@@ -188,14 +199,15 @@ func (p *Publisher) reopenChannel() bool {
 			p.mu.Lock()
 			p.cur, p.down = pc, nil
 			p.mu.Unlock()
-			p.log.Info("rabbitmq " + p.name + " channel reopened")
+			p.log.Debug("rabbitmq " + p.name + " channel reopened")
 			return true
 		}
 		delay = retry.Next()
-		p.log.Error("rabbitmq cannot reopen the "+p.name+" channel, retrying", "err", err, "retry_in", delay.String())
+		err = fmt.Errorf("cannot reopen the %s channel: %w", p.name, err)
 		p.mu.Lock()
-		p.down = fmt.Errorf("cannot reopen the %s channel: %w", p.name, err)
+		p.down = err
 		p.mu.Unlock()
+		p.dep.SetDown(err, false, "retry_in", delay.String())
 	}
 }
 
@@ -256,6 +268,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	p.mu.Lock()
 	p.lastErr = nil
 	p.mu.Unlock()
+	p.dep.SetUp()
 	// The server sends basic.return before the ack of a mandatory message,
 	// and amqp091-go queues it on returns before it processes the ack, so
 	// draining now sees any return for id.

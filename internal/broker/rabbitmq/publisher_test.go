@@ -150,3 +150,43 @@ func TestPublisherEndsWithItsConnection(t *testing.T) {
 		t.Errorf("queue holds %d, want 0", n)
 	}
 }
+
+// The broker closing the channel again and again (every publish to a
+// missing exchange does) is one outage: one ERROR when it starts, the
+// closes and reopens in between at debug, and one line when a publish
+// goes through again, with down_for.
+func TestPublisherOutageLoggedOnce(t *testing.T) {
+	r := testutil.NewRabbit(t)
+	q := r.Queue("dptest.pub.", nil)
+	var logs testutil.LogBuffer
+	p, _ := newPublisher(t, &logs)
+	ctx := context.Background()
+	missing := testutil.UniqueName("dptest.pub.noexchange.")
+	for i := range 5 {
+		if err := p.Publish(ctx, missing, q, msg("x")); err == nil || !strings.Contains(err.Error(), "NOT_FOUND") {
+			t.Fatalf("publish %d to a missing exchange = %v, want NOT_FOUND", i, err)
+		}
+		testutil.Eventually(t, 10*time.Second, "channel reopened", func() bool { return p.Ready() == nil })
+	}
+	if err := p.Publish(ctx, "", q, msg("after")); err != nil {
+		t.Fatalf("Publish after the reopens = %v", err)
+	}
+	if err := p.Publish(ctx, "", q, msg("again")); err != nil {
+		t.Fatalf("a second Publish = %v", err)
+	}
+	var errs, infos []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		switch {
+		case strings.Contains(line, "level=ERROR"), strings.Contains(line, "level=WARN"):
+			errs = append(errs, line)
+		case strings.Contains(line, "level=INFO"):
+			infos = append(infos, line)
+		}
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0], "level=ERROR") || !strings.Contains(errs[0], "test channel closed by the broker") || !strings.Contains(errs[0], "no exchange") {
+		t.Errorf("%d error/warn lines, want the one that starts the outage, with the broker's reason:\n%s", len(errs), logs.String())
+	}
+	if len(infos) != 1 || !strings.Contains(infos[0], "test publishing again") || !strings.Contains(infos[0], "down_for=") {
+		t.Errorf("%d info lines, want the one that ends the outage, with down_for:\n%s", len(infos), logs.String())
+	}
+}

@@ -26,6 +26,10 @@ type Cluster struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	cuts  int
+	// down refuses new connections (SetDown); accepted counts those
+	// taken.
+	down     bool
+	accepted int
 }
 
 // Start starts a one-broker cluster with topics of the given partition
@@ -74,20 +78,45 @@ func (c *Cluster) Cut() int {
 	return n
 }
 
+// SetDown refuses (closes at once) every new client connection while
+// down is true: with Cut, the broker is gone as far as a client can
+// tell, and back with SetDown(false), on the same address.
+func (c *Cluster) SetDown(down bool) {
+	c.mu.Lock()
+	c.down = down
+	c.mu.Unlock()
+}
+
+// Accepted is the number of client connections the broker has taken
+// (not those SetDown refused).
+func (c *Cluster) Accepted() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.accepted
+}
+
 type trackingListener struct {
 	net.Listener
 	c *Cluster
 }
 
 func (l *trackingListener) Accept() (net.Conn, error) {
-	conn, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.c.mu.Lock()
+		if l.c.down {
+			l.c.mu.Unlock()
+			_ = conn.Close()
+			continue
+		}
+		l.c.accepted++
+		l.c.conns[conn] = struct{}{}
+		l.c.mu.Unlock()
+		return &trackedConn{Conn: conn, c: l.c}, nil
 	}
-	l.c.mu.Lock()
-	l.c.conns[conn] = struct{}{}
-	l.c.mu.Unlock()
-	return &trackedConn{Conn: conn, c: l.c}, nil
 }
 
 type trackedConn struct {
