@@ -89,10 +89,11 @@ func (s *StreamSource) lagFallback(ctx context.Context, lastID string) (int64, b
 // before Redis 7.0, which has no lag field; lagKnown is false when the
 // field is nil (Redis cannot compute it).
 type groupInfo struct {
-	lastID   string
-	lag      int64
-	hasLag   bool
-	lagKnown bool
+	consumers, pending int64
+	lastID             string
+	lag                int64
+	hasLag             bool
+	lagKnown           bool
 }
 
 // findGroup reads group's record from an XINFO GROUPS reply, a list of
@@ -119,6 +120,8 @@ func findGroup(reply any, group string) (groupInfo, bool) {
 			continue
 		}
 		var g groupInfo
+		g.consumers, _ = fields["consumers"].(int64)
+		g.pending, _ = fields["pending"].(int64)
 		g.lastID, _ = fields["last-delivered-id"].(string)
 		v, has := fields["lag"]
 		g.hasLag = has
