@@ -13,8 +13,9 @@ import (
 // says: Queued is the group's lag (entries not yet delivered to it),
 // Reserved the entries pending for this replica's consumer, so both
 // modes add up the same way across replicas (one lag, a sum of what each
-// holds). A failure only leaves them stale, as in mode list: the renewal
-// loop is what watches the connection.
+// holds). One transaction reads both, so no read or ack of another
+// replica lands between them. A failure only leaves them stale, as in
+// mode list: the renewal loop is what watches the connection.
 func (s *StreamSource) backlog(ctx context.Context) {
 	m := s.o.Metrics
 	if m == nil || m.Queued == nil {
@@ -22,7 +23,7 @@ func (s *StreamSource) backlog(ctx context.Context) {
 	}
 	var groups *redis.Cmd
 	var pend *redis.XPendingCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		// Raw: go-redis reads a lag field that is absent (before Redis
 		// 7.0) as 0, which would be a made-up number.
 		groups = p.Do(ctx, "XINFO", "GROUPS", s.o.Stream)
@@ -41,7 +42,7 @@ func (s *StreamSource) backlog(ctx context.Context) {
 	}
 	lag, known := g.lag, g.lagKnown
 	if !known && g.hasLag {
-		if lag, known, err = s.lagFallback(ctx, g.lastID); err != nil {
+		if lag, known, err = s.lagFallback(ctx); err != nil {
 			s.log.Debug("redis stream: reading the backlog", "err", err)
 			return
 		}
@@ -54,20 +55,19 @@ func (s *StreamSource) backlog(ctx context.Context) {
 	m.Reserved.Set(float64(pend.Val().Consumers[s.o.Replica]))
 }
 
-// lagFallback counts the entries after lastID when Redis could not
-// (XINFO's lag is nil once an entry after the group's position was
-// deleted), in the one case that costs no scan: a group behind the
-// stream's first entry is owed every entry the stream holds. Otherwise
-// the lag is unknown. An error is a read that failed, not an unknown
-// lag.
-func (s *StreamSource) lagFallback(ctx context.Context, lastID string) (int64, bool, error) {
-	last, ok := parseID(lastID)
-	if !ok {
-		return 0, false, nil
-	}
+// lagFallback counts the entries after the group's position when Redis
+// could not (XINFO's lag is nil once an entry after it was deleted), in
+// the one case that costs no scan: a group behind the stream's first
+// entry is owed every entry the stream holds. The position, the first
+// entry and the length are read in one transaction, so they describe
+// one moment. Otherwise the lag is unknown; an error is a read that
+// failed, not an unknown lag.
+func (s *StreamSource) lagFallback(ctx context.Context) (int64, bool, error) {
+	var groups *redis.Cmd
 	var first *redis.XMessageSliceCmd
 	var n *redis.IntCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		groups = p.Do(ctx, "XINFO", "GROUPS", s.o.Stream)
 		first = p.XRangeN(ctx, s.o.Stream, "-", "+", 1)
 		n = p.XLen(ctx, s.o.Stream)
 		return nil
@@ -75,7 +75,15 @@ func (s *StreamSource) lagFallback(ctx context.Context, lastID string) (int64, b
 	if err != nil {
 		return 0, false, err
 	}
-	if len(first.Val()) == 0 {
+	g, ok := findGroup(groups.Val(), s.o.Group)
+	if !ok {
+		return 0, false, nil
+	}
+	if g.lagKnown {
+		return g.lag, true, nil
+	}
+	last, ok := parseID(g.lastID)
+	if !ok || len(first.Val()) == 0 {
 		return 0, false, nil
 	}
 	f, ok := parseID(first.Val()[0].ID)

@@ -111,7 +111,7 @@ func (s *StreamSource) Inspect(ctx context.Context) (StreamState, error) {
 	st.Group, st.Consumers, st.Pending = true, g.consumers, g.pending
 	st.Lag, st.LagKnown = g.lag, g.lagKnown
 	if !g.lagKnown && g.hasLag {
-		if st.Lag, st.LagKnown, err = s.lagFallback(ctx, g.lastID); err != nil {
+		if st.Lag, st.LagKnown, err = s.lagFallback(ctx); err != nil {
 			return st, err
 		}
 	}
