@@ -34,7 +34,7 @@ func backlogSource(t *testing.T, addr string) (*StreamSource, *metrics.SourceMet
 }
 
 // xadd adds n entries with explicit IDs 1-0 … n-0.
-func xadd(t *testing.T, rdb redis.UniversalClient, stream string, n int) {
+func xadd(t *testing.T, rdb redis.Cmdable, stream string, n int) {
 	t.Helper()
 	for i := 1; i <= n; i++ {
 		if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, ID: strconv.Itoa(i) + "-0", Values: []any{"body", "x"}}).Err(); err != nil {
@@ -121,5 +121,46 @@ func TestStreamBacklogRedisDown(t *testing.T) {
 	s.backlog(ctx)
 	if q, r := promtest.ToFloat64(m.Queued), promtest.ToFloat64(m.Reserved); q != 3 || r != 2 {
 		t.Errorf("after Redis died: queued %v reserved %v, want still 3 and 2", q, r)
+	}
+}
+
+// On Redis Cluster the backlog's transactions (XINFO GROUPS with
+// XPENDING; XINFO GROUPS, XRANGE and XLEN) go to the stream's node, the
+// fallback included.
+func TestStreamBacklogCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := testutil.StartRedisCluster(t, testutil.RedisClusterOptions{})
+	m := metrics.New(nil).ForSource("test")
+	s, err := NewStream(Options{Name: "test", Addrs: cl.Addrs(), Stream: testutil.UniqueName("dptest.backlog."),
+		Group: "g", Replica: "me", Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	xadd(t, rdb, s.o.Stream, 5)
+	if err := rdb.XGroupCreate(ctx, s.o.Stream, s.o.Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: s.o.Group, Consumer: "me", Streams: []string{s.o.Stream, ">"}, Count: 2}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.backlog(ctx)
+	if q, r := promtest.ToFloat64(m.Queued), promtest.ToFloat64(m.Reserved); q != 3 || r != 2 {
+		t.Fatalf("queued %v reserved %v, want 3 and 2", q, r)
+	}
+	// The two read entries and 4-0 deleted: a nil lag, the group behind
+	// the first entry (3-0), so the count is XLEN, 2.
+	if err := rdb.XDel(ctx, s.o.Stream, "1-0", "2-0", "4-0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if g := rdb.XInfoGroups(ctx, s.o.Stream).Val(); len(g) != 1 || g[0].Lag != -1 {
+		t.Fatalf("XINFO GROUPS %+v: the case needs a nil lag", g)
+	}
+	s.backlog(ctx)
+	if q, r := promtest.ToFloat64(m.Queued), promtest.ToFloat64(m.Reserved); q != 2 || r != 2 {
+		t.Errorf("after XDEL: queued %v reserved %v, want 2 and 2", q, r)
 	}
 }
