@@ -3,6 +3,7 @@ package charttest
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -395,5 +397,96 @@ spec:
 	}
 	if v := objs.Deployments[0].Spec.Template.Spec.Volumes; len(v) != 1 || v[0].ConfigMap == nil || v[0].ConfigMap.Name != cm.Name || cm.Name != "other-dedupe-proxy" {
 		t.Errorf("volumes %+v, want the ConfigMap %s", v, cm.Name)
+	}
+}
+
+// TestInjectKeepsTheWorkloadsLabels: neither inject nor the chart puts
+// dedupe-proxy's name on a workload of yours. Through inject as the
+// post-renderer of a chart that knows nothing of dedupe-proxy, each
+// annotated workload keeps its labels and its selector, and its pods
+// gain exactly one label, dedupe-proxy.io/config, which the chart's
+// mode shared Service selects them by; app.kubernetes.io/name: worker
+// stays worker. In mode shared the chart renders no workload of its own
+// (its only pod is the `helm test` hook), so nothing of it lands on
+// yours.
+func TestInjectKeepsTheWorkloadsLabels(t *testing.T) {
+	plainOut, err := Template("testdata/app-chart", "orders", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Decode(plainOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Template("testdata/app-chart", "orders", "", "--post-renderer", proxyBin(t), "--post-renderer-args", "inject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(out)
+	if err != nil {
+		t.Fatalf("strict decode: %v", err)
+	}
+	// The workloads' own labels and selectors, by kind/name.
+	own := func(o *Objects) map[string][2]map[string]string {
+		m := map[string][2]map[string]string{}
+		for _, d := range o.Deployments {
+			m["Deployment/"+d.Name] = [2]map[string]string{d.Labels, d.Spec.Selector.MatchLabels}
+		}
+		for _, c := range o.CronJobs {
+			m["CronJob/"+c.Name] = [2]map[string]string{c.Labels, c.Spec.JobTemplate.Labels}
+		}
+		return m
+	}
+	before, after := own(plain), own(objs)
+	if len(before) != 3 || len(after) != len(before) {
+		t.Fatalf("workloads before inject %v, after %v: want the app chart's three", before, after)
+	}
+	for k, b := range before {
+		if a := after[k]; !sameMap(a[0], b[0]) || !sameMap(a[1], b[1]) {
+			t.Errorf("%s: labels %v selector %v after inject, want %v and %v as rendered", k, a[0], a[1], b[0], b[1])
+		}
+	}
+	pods := map[string]map[string]string{}
+	for _, pt := range plain.PodTemplates() {
+		pods[pt.Kind+"/"+pt.Name] = pt.Meta.Labels
+	}
+	injected := 0
+	for _, pt := range objs.PodTemplates() {
+		want := maps.Clone(pods[pt.Kind+"/"+pt.Name])
+		if _, _, err := ProxyIn(pt.Spec, pt.Name); err == nil {
+			injected++
+			if want == nil {
+				want = map[string]string{}
+			}
+			want[injectLabel] = pt.Meta.Annotations["dedupe-proxy.io/config"]
+		}
+		if !sameMap(pt.Meta.Labels, want) {
+			t.Errorf("%s %s: pod labels %v, want %v", pt.Kind, pt.Name, pt.Meta.Labels, want)
+		}
+	}
+	if injected != 2 {
+		t.Errorf("%d pods got the sidecar, want 2 (worker, nightly)", injected)
+	}
+	if d := objs.Deployments; !slices.ContainsFunc(d, func(d *appsv1.Deployment) bool {
+		return d.Name == "orders-worker" && d.Spec.Template.Labels["app.kubernetes.io/name"] == "worker"
+	}) {
+		t.Error("orders-worker's pods lost app.kubernetes.io/name: worker")
+	}
+
+	sharedOut, err := Template(chartDir, "orders", "", "--set", "mode=shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := Decode(sharedOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pt := range sh.PodTemplates() {
+		if pt.Kind != "Pod" || pt.Meta.Annotations["helm.sh/hook"] != "test" {
+			t.Errorf("mode shared renders %s %s: it must render no workload", pt.Kind, pt.Name)
+		}
+	}
+	if len(sh.PDBs) != 0 {
+		t.Errorf("mode shared renders %d PodDisruptionBudget(s), with no pod of its own to protect", len(sh.PDBs))
 	}
 }

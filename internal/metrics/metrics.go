@@ -68,8 +68,8 @@ type Metrics struct {
 	// KeyReuse counts messages whose key was already done for another
 	// body (key_reuse), whatever was done with them.
 	KeyReuse *prometheus.CounterVec
-	// RedisReclaimed, RedisQueued and RedisReserved are for Redis list
-	// sources.
+	// RedisReclaimed, RedisQueued and RedisReserved are for Redis
+	// sources, both modes.
 	RedisReclaimed *prometheus.CounterVec
 	RedisQueued    *prometheus.GaugeVec
 	RedisReserved  *prometheus.GaugeVec
@@ -159,11 +159,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 		RedisQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dedupe_proxy_redis_queue_length",
-			Help: "Elements waiting in the Redis queue (LLEN), read at every heartbeat.",
+			Help: "Redis source: what waits, not yet delivered: the queue's LLEN (mode list, read at every heartbeat) or the consumer group's lag (mode stream, read at every renewal; NaN when Redis cannot tell).",
 		}, []string{"source"}),
 		RedisReserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dedupe_proxy_redis_processing_length",
-			Help: "Elements reserved in this replica's processing list, read at every heartbeat.",
+			Help: "Redis source: what this replica holds: its processing list's LLEN (mode list, read at every heartbeat) or its consumer's pending entries (mode stream, XPENDING, read at every renewal).",
 		}, []string{"source"}),
 		SeenSetEvicting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dedupe_proxy_seenset_evicting",
@@ -232,7 +232,7 @@ type SourceMetrics struct {
 	PartitionsHeld prometheus.Gauge
 	// Lag is curried by source: label it with topic and partition.
 	Lag *prometheus.GaugeVec
-	// Reclaimed, Queued and Reserved are for Redis list sources.
+	// Reclaimed, Queued and Reserved are for Redis sources, both modes.
 	Reclaimed prometheus.Counter
 	Queued    prometheus.Gauge
 	Reserved  prometheus.Gauge

@@ -67,6 +67,8 @@ func checkStream(c *probe.Checker, o Options) {
 		c.Add(probe.Fail, check, "holds a %s, not a stream: the proxy cannot create its group", st.StreamType)
 	case !st.Group:
 		c.Add(probe.OK, check, "a stream of %d entries; group %q does not exist yet: the proxy creates it at the start of the stream, so every entry in it is delivered", st.Length, o.Group)
+	case !st.LagKnown:
+		c.Add(probe.OK, check, "a stream of %d entries; group %q: %d consumers, %d pending, an unknown number not yet delivered (Redis gives no lag: entries after the group's position were deleted, or Redis is older than 7.0)", st.Length, o.Group, st.Consumers, st.Pending)
 	default:
 		c.Add(probe.OK, check, "a stream of %d entries; group %q: %d consumers, %d pending, %d not yet delivered", st.Length, o.Group, st.Consumers, st.Pending, st.Lag)
 	}

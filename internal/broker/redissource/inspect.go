@@ -72,9 +72,13 @@ type StreamState struct {
 	Group     bool
 	Consumers int64
 	Pending   int64
-	Lag       int64 // entries not yet delivered to the group (Redis 7)
-	DeadType  string
-	Dead      int64
+	// Lag is the entries not yet delivered to the group, as the backlog
+	// gauge reads it; LagKnown is false when neither Redis nor a cheap
+	// count can tell (see backlog).
+	Lag      int64
+	LagKnown bool
+	DeadType string
+	Dead     int64
 }
 
 // Inspect reads the stream's and the group's state.
@@ -96,13 +100,19 @@ func (s *StreamSource) Inspect(ctx context.Context) (StreamState, error) {
 		return st, nil
 	}
 	st.Length = s.rdb.XLen(ctx, s.o.Stream).Val()
-	groups, err := s.rdb.XInfoGroups(ctx, s.o.Stream).Result()
+	groups, err := s.rdb.Do(ctx, "XINFO", "GROUPS", s.o.Stream).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return st, fmt.Errorf("XINFO GROUPS: %w", err)
 	}
-	for _, g := range groups {
-		if g.Name == s.o.Group {
-			st.Group, st.Consumers, st.Pending, st.Lag = true, g.Consumers, g.Pending, g.Lag
+	g, ok := findGroup(groups, s.o.Group)
+	if !ok {
+		return st, nil
+	}
+	st.Group, st.Consumers, st.Pending = true, g.consumers, g.pending
+	st.Lag, st.LagKnown = g.lag, g.lagKnown
+	if !g.lagKnown && g.hasLag {
+		if st.Lag, st.LagKnown, err = s.lagFallback(ctx); err != nil {
+			return st, err
 		}
 	}
 	return st, nil

@@ -346,6 +346,7 @@ func (s *StreamSource) renew(ctx context.Context, ss *session, stop <-chan struc
 				ss.fail(fmt.Errorf("renew: %w", err))
 				return
 			}
+			s.backlog(ctx)
 		}
 		if err := s.rdb.BLPop(ctx, time.Second, s.session).Err(); err != nil && !errors.Is(err, redis.Nil) {
 			ss.fail(fmt.Errorf("connection check: %w", err))
