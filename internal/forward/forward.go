@@ -334,13 +334,13 @@ func (c *Client) target(path string) string {
 // may be acting on it and its answer decides what becomes of the key.
 func (c *Client) Do(ctx context.Context, r Request) Result {
 	start := time.Now()
-	res := c.do(ctx, r)
+	res := c.do(ctx, start, r)
 	res.Duration = time.Since(start)
 	res.Slow = res.Duration > c.timeout
 	return res
 }
 
-func (c *Client) do(parent context.Context, r Request) Result {
+func (c *Client) do(parent context.Context, start time.Time, r Request) Result {
 	if r.IdempotencyKey != "" && !validHeaderValue(r.IdempotencyKey) {
 		// Sending the message without its key would silently drop the app's
 		// defence against a double effect; mangling it could collide with
@@ -352,12 +352,9 @@ func (c *Client) do(parent context.Context, r Request) Result {
 			Err:     fmt.Errorf("%w: idempotency key contains characters not allowed in a header value", ErrInvalidRequest),
 		}
 	}
-	ctx, cancel := context.WithTimeout(parent, c.maxReq)
-	defer cancel()
-	if r.OnSlow != nil {
-		t := time.AfterFunc(c.timeout, r.OnSlow)
-		defer t.Stop()
-	}
+	b := c.bound(parent, start, r.OnSlow)
+	defer b.stop()
+	var ctx context.Context = b
 	for try := 1; ; try++ {
 		var sent sendTrace
 		req, err := c.newRequest(httptrace.WithClientTrace(ctx, sent.trace()), &r)
@@ -389,6 +386,84 @@ func (c *Client) do(parent context.Context, r Request) Result {
 		}
 		return f
 	}
+}
+
+// reqBound is the per-request context: it ends at MaxRequestTime, and on
+// the way, at Timeout, tells OnSlow. Both are one timer, re-armed after
+// its first firing, where context.WithTimeout and a time.AfterFunc for
+// OnSlow were two timers and their allocations per message.
+type reqBound struct {
+	// context.Context is a WithCancelCause child of the caller's context;
+	// only Deadline is overridden.
+	context.Context
+	cancel   context.CancelCauseFunc
+	deadline time.Time // start + MaxRequestTime
+	onSlow   func()
+
+	mu      sync.Mutex
+	t       *time.Timer
+	slowed  bool // the timer's first firing, OnSlow's, has happened
+	stopped bool // Do is done: the timer must not be re-armed
+}
+
+// bound returns the request's context; its stop ends it.
+// The deadline is reached by cancelling with context.DeadlineExceeded as
+// the cause: net/http reports context.Cause, so its errors are the ones
+// a WithTimeout context gave, and failure still tells our deadline from
+// the caller's by which of the two contexts ended.
+func (c *Client) bound(parent context.Context, start time.Time, onSlow func()) *reqBound {
+	b := &reqBound{deadline: start.Add(c.maxReq), onSlow: onSlow}
+	if d, ok := parent.Deadline(); ok && d.Before(b.deadline) {
+		// As context.WithTimeout: the caller's earlier deadline stands.
+		b.deadline = d
+	}
+	b.Context, b.cancel = context.WithCancelCause(parent)
+	first := c.maxReq
+	if onSlow != nil && c.timeout < c.maxReq {
+		first = c.timeout
+	} else if onSlow == nil {
+		b.slowed = true
+	}
+	b.mu.Lock()
+	b.t = time.AfterFunc(first, b.fire)
+	b.mu.Unlock()
+	return b
+}
+
+// Deadline is the one net.Dialer bounds a dial by, as with WithTimeout.
+func (b *reqBound) Deadline() (time.Time, bool) { return b.deadline, true }
+
+func (b *reqBound) fire() {
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return
+	}
+	if !b.slowed {
+		// Re-armed before OnSlow runs: a slow OnSlow must not push the
+		// deadline back.
+		b.slowed = true
+		if rest := time.Until(b.deadline); rest > 0 {
+			b.t.Reset(rest)
+			b.mu.Unlock()
+			b.onSlow()
+			return
+		}
+		b.mu.Unlock()
+		b.onSlow()
+		b.cancel(context.DeadlineExceeded)
+		return
+	}
+	b.mu.Unlock()
+	b.cancel(context.DeadlineExceeded)
+}
+
+func (b *reqBound) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.t.Stop()
+	b.mu.Unlock()
+	b.cancel(context.Canceled)
 }
 
 // newRequest builds the POST. net/http re-sends a request by itself when

@@ -533,6 +533,63 @@ func TestDoSlowIsWaitedFor(t *testing.T) {
 	}
 }
 
+// The one timer behind Timeout and MaxRequestTime: whether OnSlow is set
+// or not, however long OnSlow takes, and when the two are equal, the
+// request is given up at MaxRequestTime as a context deadline, OnSlow
+// told exactly once.
+func TestDoAbandonsAtMaxRequestTime(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	const maxReq = 300 * time.Millisecond
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		onSlow  func(*atomic.Int32) func()
+		slow    int32
+	}{
+		{"no OnSlow", 50 * time.Millisecond, func(*atomic.Int32) func() { return nil }, 0},
+		{"OnSlow", 50 * time.Millisecond, func(n *atomic.Int32) func() { return func() { n.Add(1) } }, 1},
+		// An OnSlow that blocks must not hold the deadline back.
+		{"blocking OnSlow", 50 * time.Millisecond, func(n *atomic.Int32) func() {
+			return func() { n.Add(1); <-release }
+		}, 1},
+		{"Timeout equal to MaxRequestTime", maxReq, func(n *atomic.Int32) func() { return func() { n.Add(1) } }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newClient(t, Config{URL: srv.URL, Timeout: tt.timeout, MaxRequestTime: maxReq})
+			var slow atomic.Int32
+			done := make(chan Result, 1)
+			go func() { done <- c.Do(context.Background(), Request{OnSlow: tt.onSlow(&slow)}) }()
+			var res Result
+			select {
+			case res = <-done:
+			case <-time.After(maxReq + 5*time.Second):
+				t.Fatalf("Do still running %v after MaxRequestTime", 5*time.Second)
+			}
+			if res.Outcome != Retryable || res.Reason != "no answer within app.max_request_time" || !res.Abandoned || !res.MayBeRunning || !res.Slow || res.Unreachable {
+				t.Errorf("result = %+v, want retryable, abandoned, slow", res)
+			}
+			if !errors.Is(res.Err, context.DeadlineExceeded) {
+				t.Errorf("Err = %v, want it to wrap context.DeadlineExceeded", res.Err)
+			}
+			if res.Duration < maxReq || res.Duration > maxReq+time.Second {
+				t.Errorf("Duration = %v, want about %v", res.Duration, maxReq)
+			}
+			// OnSlow runs on the timer's goroutine: give a late one time
+			// to show up before counting.
+			time.Sleep(50 * time.Millisecond)
+			if got := slow.Load(); got != tt.slow {
+				t.Errorf("OnSlow called %d times, want %d", got, tt.slow)
+			}
+		})
+	}
+}
+
 // net/http re-sends a POST by itself when the request has a rewindable
 // body and an Idempotency-Key and a kept-alive connection fails after the
 // app read it. The proxy must see that failure and decide itself: the
