@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -167,7 +168,10 @@ type Client struct {
 	appStatus bool
 	maxResp   int64
 	retry     StatusRules
-	allow     map[string]struct{} // lower-case header names
+	// allow maps each allow-listed header name, and traceparent and
+	// tracestate, in lower case to its canonical form: the name a copied
+	// message header is set under, computed once rather than per message.
+	allow     map[string]string
 	userAgent string
 	transport *http.Transport
 	client    *http.Client
@@ -218,7 +222,7 @@ func New(c Config) (*Client, error) {
 		appStatus: !c.IgnoreAppStatus,
 		maxResp:   orDefault(c.MaxResponseBytes, DefaultMaxResponseBytes),
 		retry:     rules,
-		allow:     make(map[string]struct{}, len(c.HeaderAllowlist)),
+		allow:     make(map[string]string, len(c.HeaderAllowlist)+2),
 		userAgent: orDefault(c.UserAgent, DefaultUserAgent),
 	}
 	if u := base.User; u != nil {
@@ -228,8 +232,8 @@ func New(c Config) (*Client, error) {
 	}
 	cl.maxReq = max(orDefault(c.MaxRequestTime, DefaultMaxRequestTime), cl.timeout)
 	cl.base = strings.TrimSuffix(base.String(), "/")
-	for _, n := range c.HeaderAllowlist {
-		cl.allow[strings.ToLower(n)] = struct{}{}
+	for _, n := range append([]string{"traceparent", "tracestate"}, c.HeaderAllowlist...) {
+		cl.allow[strings.ToLower(n)] = textproto.CanonicalMIMEHeaderKey(n)
 	}
 
 	maxConns := orDefault(c.MaxConns, DefaultMaxConns)
