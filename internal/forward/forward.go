@@ -360,7 +360,7 @@ func (c *Client) do(parent context.Context, start time.Time, r Request) Result {
 	defer b.stop()
 	var ctx context.Context = b
 	for try := 1; ; try++ {
-		var sent sendTrace
+		sent := new(sendTrace)
 		req, err := c.newRequest(httptrace.WithClientTrace(ctx, sent.trace()), &r)
 		if err != nil {
 			return Result{
@@ -505,15 +505,16 @@ func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, err
 // sendTrace records whether any of the request was written, and on a
 // connection used before: what tells a request the app cannot have seen
 // from one it may be acting on.
+// The ClientTrace is held inside it: one allocation for the two.
 type sendTrace struct {
 	wrote, reused atomic.Bool
+	ct            httptrace.ClientTrace
 }
 
 func (s *sendTrace) trace() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{
-		GotConn:      func(i httptrace.GotConnInfo) { s.reused.Store(i.Reused) },
-		WroteHeaders: func() { s.wrote.Store(true) },
-	}
+	s.ct.GotConn = func(i httptrace.GotConnInfo) { s.reused.Store(i.Reused) }
+	s.ct.WroteHeaders = func() { s.wrote.Store(true) }
+	return &s.ct
 }
 
 // classify reads at most maxResp bytes of the answer, closes it and decides.

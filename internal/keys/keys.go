@@ -199,15 +199,16 @@ func (e *Extractor) Specs() []string { return e.specs }
 // characters", "ambiguous header", "body is not JSON"), for metrics and logs.
 // A rule that reads the body records in m.BodyJSON whether it is JSON.
 func (e *Extractor) Key(m *broker.Message) (key, why string) {
-	var doc *jsonDoc
+	var doc jsonDoc
+	parsed := false
 	why = "absent"
 	for _, r := range e.rules {
 		var v string
 		var miss string
 		switch r.kind {
 		case ruleJSON, ruleTemplate:
-			if doc == nil {
-				doc = parseDoc(m.Body)
+			if !parsed {
+				doc, parsed = parseDoc(m.Body), true
 				m.BodyJSON = broker.JSONValid
 				if doc.invalid {
 					m.BodyJSON = broker.JSONInvalid
@@ -288,8 +289,9 @@ type jsonDoc struct {
 	invalid bool
 }
 
-func parseDoc(body []byte) *jsonDoc {
-	d := &jsonDoc{body: body}
+// parseDoc returns a value: a pointer escaped, one allocation per message.
+func parseDoc(body []byte) jsonDoc {
+	d := jsonDoc{body: body}
 	i := skipWS(body, 0)
 	switch {
 	case !validJSON(body):
