@@ -290,11 +290,14 @@ type jsonDoc struct {
 }
 
 // parseDoc returns a value: a pointer escaped, one allocation per message.
-func parseDoc(body []byte) jsonDoc {
+func parseDoc(body []byte) jsonDoc { return shapeDoc(body, validJSON(body)) }
+
+// shapeDoc is parseDoc for a body already known to be JSON or not.
+func shapeDoc(body []byte, valid bool) jsonDoc {
 	d := jsonDoc{body: body}
 	i := skipWS(body, 0)
 	switch {
-	case !validJSON(body):
+	case !valid:
 		d.notObj, d.invalid = true, true
 	case i < len(body) && body[i] == 'n':
 		d.null = true // "null" decodes to an empty object: every path absent
