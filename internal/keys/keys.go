@@ -263,7 +263,7 @@ func usable(v string) string {
 func header(h map[string]string, name string) (string, string) {
 	v, found := "", false
 	for k, hv := range h {
-		if strings.ToLower(k) != name {
+		if !lowerEquals(k, name) {
 			continue
 		}
 		if found && hv != v {
@@ -275,6 +275,30 @@ func header(h map[string]string, name string) (string, string) {
 		return "", "absent"
 	}
 	return v, ""
+}
+
+// lowerEquals is strings.ToLower(s) == lower without ToLower's
+// allocation for a name with a capital, for the ASCII names headers
+// almost always have: every header of every message is compared.
+func lowerEquals(s, lower string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return strings.ToLower(s) == lower
+		}
+	}
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonDoc looks values up in a JSON body without decoding it: validJSON
