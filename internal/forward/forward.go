@@ -490,9 +490,21 @@ func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, err
 		req.Body = io.NopCloser(bytes.NewReader(r.Body))
 		req.ContentLength = int64(len(r.Body))
 	}
-	// Sized up front: the map would otherwise grow twice per request.
-	req.Header = make(http.Header, len(r.Meta)+len(r.MessageHeaders)+5)
-	c.setHeaders(req.Header, r)
+	// Sized up front, to at most what setHeaders sets: the map would
+	// otherwise grow twice per request, and a hint past what one group
+	// holds (8) costs two more allocations for a map that never needs them.
+	n := len(r.Meta) + len(r.MessageHeaders) + 2 // Content-Type, User-Agent
+	if r.IdempotencyKey != "" {
+		n++
+	}
+	if r.Attempt > 0 {
+		n++
+	}
+	if c.basicAuth != "" {
+		n++
+	}
+	req.Header = make(http.Header, n)
+	c.setHeaders(req.Header, r, n)
 	if len(r.Body) == 0 {
 		if v, ok := req.Header["Idempotency-Key"]; ok {
 			delete(req.Header, "Idempotency-Key")

@@ -91,14 +91,14 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-// setHeaders fills h in increasing order of trust: message headers, then
+// setHeaders fills h, with at most n headers, in increasing order of trust: message headers, then
 // the caller's metadata, then the headers this package owns, each
 // overriding the one before.
-func (c *Client) setHeaders(h http.Header, r *Request) {
+func (c *Client) setHeaders(h http.Header, r *Request, n int) {
 	// One backing array for every value rather than a []string each;
 	// the full slice expression keeps an Add to one header from
 	// overwriting the next.
-	vals := make([]string, 0, len(r.MessageHeaders)+len(r.Meta)+5)
+	vals := make([]string, 0, n)
 	set := func(name, v string) {
 		vals = append(vals, v)
 		n := len(vals)
