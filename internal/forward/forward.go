@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -175,7 +176,21 @@ type Client struct {
 	userAgent string
 	transport *http.Transport
 	client    *http.Client
+	urls      urlCache
 }
+
+// urlCache keeps the parsed request URL of each path sent to: a source
+// sends every message to one path, and building its URL string and
+// parsing it were two allocations and a parse per message.
+// Copied on write: the per-message read takes no lock.
+type urlCache struct {
+	m  atomic.Pointer[map[string]url.URL] // by Request.Path
+	mu sync.Mutex                         // serialises writers
+}
+
+// maxCachedURLs bounds the cache for a caller that sends to ever new
+// paths; past it a path's URL is parsed per request, as it always was.
+const maxCachedURLs = 64
 
 // New validates c, applies defaults and builds the connection pool. All
 // problems are reported at once.
@@ -482,7 +497,7 @@ func (b *reqBound) stop() {
 // the one net/http looks for. X-Idempotency-Key is the proxy's own and
 // never comes from the message (isOwned).
 func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.target(r.Path), nil)
+	req, err := c.post(ctx, r.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +518,9 @@ func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, err
 	if c.basicAuth != "" {
 		n++
 	}
-	req.Header = make(http.Header, n)
+	if n > 8 {
+		req.Header = make(http.Header, n)
+	} // else NewRequestWithContext's empty map, whose one group holds them
 	c.setHeaders(req.Header, r, n)
 	if len(r.Body) == 0 {
 		if v, ok := req.Header["Idempotency-Key"]; ok {
@@ -511,6 +528,45 @@ func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, err
 			req.Header["idempotency-key"] = v
 		}
 	}
+	return req, nil
+}
+
+// post is http.NewRequestWithContext(ctx, POST, c.target(path), nil),
+// the URL parsed once per path: on a hit the request is made with an
+// empty URL, which parses to a fresh zero url.URL, and the cached one is
+// copied into it, so no two requests share a *url.URL.
+func (c *Client) post(ctx context.Context, path string) (*http.Request, error) {
+	var u url.URL
+	ok := false
+	m := c.urls.m.Load()
+	if m != nil {
+		u, ok = (*m)[path]
+	}
+	if ok {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", nil)
+		if err != nil {
+			return nil, err
+		}
+		*req.URL = u
+		req.Host = u.Host
+		return req, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.target(path), nil)
+	if err != nil {
+		return nil, err
+	}
+	c.urls.mu.Lock()
+	defer c.urls.mu.Unlock()
+	old := c.urls.m.Load()
+	if old != nil && len(*old) >= maxCachedURLs {
+		return req, nil
+	}
+	next := make(map[string]url.URL, 1)
+	if old != nil {
+		next = maps.Clone(*old)
+	}
+	next[path] = *req.URL
+	c.urls.m.Store(&next)
 	return req, nil
 }
 

@@ -222,22 +222,27 @@ func TestDoBasicAuthFromURLAndPathJoin(t *testing.T) {
 	srv, got := recordingApp(t)
 	u := strings.Replace(srv.URL, "http://", "http://svc:p%40ss@", 1) + "/api/"
 	c := newClient(t, Config{URL: u})
-	for _, tt := range []struct{ path, wantPath, wantQuery string }{
-		{"", "/api", ""},
-		{"/orders", "/api/orders", ""},
-		{"orders", "/api/orders", ""},
-		{"/orders?src=rabbit", "/api/orders", "src=rabbit"},
-	} {
-		if res := c.Do(context.Background(), Request{Path: tt.path}); res.Outcome != Success {
-			t.Fatalf("path %q: result = %+v", tt.path, res)
-		}
-		r := next(t, got)
-		if r.path != tt.wantPath || r.query != tt.wantQuery {
-			t.Errorf("path %q: app saw %s?%s, want %s?%s", tt.path, r.path, r.query, tt.wantPath, tt.wantQuery)
-		}
-		req := &http.Request{Header: r.header}
-		if user, pass, ok := req.BasicAuth(); !ok || user != "svc" || pass != "p@ss" {
-			t.Errorf("basic auth = %q %q %v, want svc p@ss", user, pass, ok)
+	wantHost := strings.TrimPrefix(srv.URL, "http://")
+	// Twice: the second round is sent with the URLs parsed in the first.
+	for round := range 2 {
+		for _, tt := range []struct{ path, wantPath, wantQuery string }{
+			{"", "/api", ""},
+			{"/orders", "/api/orders", ""},
+			{"orders", "/api/orders", ""},
+			{"/orders?src=rabbit", "/api/orders", "src=rabbit"},
+			{"/orders?src=kafka", "/api/orders", "src=kafka"},
+		} {
+			if res := c.Do(context.Background(), Request{Path: tt.path}); res.Outcome != Success {
+				t.Fatalf("round %d path %q: result = %+v", round, tt.path, res)
+			}
+			r := next(t, got)
+			if r.path != tt.wantPath || r.query != tt.wantQuery || r.host != wantHost {
+				t.Errorf("round %d path %q: app saw %s%s?%s, want %s%s?%s", round, tt.path, r.host, r.path, r.query, wantHost, tt.wantPath, tt.wantQuery)
+			}
+			req := &http.Request{Header: r.header}
+			if user, pass, ok := req.BasicAuth(); !ok || user != "svc" || pass != "p@ss" {
+				t.Errorf("basic auth = %q %q %v, want svc p@ss", user, pass, ok)
+			}
 		}
 	}
 }
@@ -250,6 +255,7 @@ func TestDoRejectsInvalidRequest(t *testing.T) {
 	for _, r := range []Request{
 		{IdempotencyKey: "a\r\nX-Evil: 1"},
 		{Path: "/%zz?token=s3cret"},
+		{Path: "/%zz?token=s3cret"}, // a path that failed is not remembered as good
 	} {
 		res := c.Do(context.Background(), r)
 		if res.Outcome != Permanent || !errors.Is(res.Err, ErrInvalidRequest) {
