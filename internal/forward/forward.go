@@ -588,7 +588,13 @@ func (s *sendTrace) trace() *httptrace.ClientTrace {
 // classify reads at most maxResp bytes of the answer, closes it and decides.
 func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Result {
 	code := resp.StatusCode
-	res := Result{Status: code, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	res := Result{Status: code}
+	// Indexed, not Header.Get: net/http stores a response's header names
+	// canonical, and Get would canonicalise the constant on every message.
+	if v := firstValue(resp.Header["Retry-After"]); v != "" {
+		// Absent (most answers): parseRetryAfter says 0 without a clock.
+		res.RetryAfter = parseRetryAfter(v, time.Now())
+	}
 
 	if code < 200 || code > 299 {
 		// The body is of no use, but reading a short one to the end lets the
@@ -599,7 +605,7 @@ func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Resu
 		if c.retry.Retryable(code) {
 			res.Outcome = Retryable
 		}
-		res.Reason = "status " + strconv.Itoa(code)
+		res.Reason = statusReason(code)
 		return res
 	}
 
@@ -609,17 +615,40 @@ func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Resu
 	// Closing a body not read to EOF closes the connection rather than
 	// draining it: that is how an oversized answer is cut off.
 	resp.Body.Close()
-	res.Outcome, res.Reason = Success, "status "+strconv.Itoa(code)
+	res.Outcome, res.Reason = Success, statusReason(code)
 	if err != nil || n > c.maxResp || !c.appStatus {
 		// A 2xx is a success unless a complete body says otherwise: the
 		// app acted, and retrying would act again. A body cut short or
 		// too long to read can say nothing.
 		return res
 	}
-	if o, reason, ok := appStatus(resp.Header.Get("Content-Type"), buf.Bytes()); ok {
+	if o, reason, ok := appStatus(firstValue(resp.Header["Content-Type"]), buf.Bytes()); ok {
 		res.Outcome, res.Reason = o, reason
 	}
 	return res
+}
+
+func firstValue(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// statusReasons holds Result.Reason for the statuses 100 to 599, made
+// once: "status " + strconv.Itoa(code) was two allocations per message.
+var statusReasons = func() (r [600]string) {
+	for code := 100; code < len(r); code++ {
+		r[code] = "status " + strconv.Itoa(code)
+	}
+	return r
+}()
+
+func statusReason(code int) string {
+	if code >= 100 && code < len(statusReasons) {
+		return statusReasons[code]
+	}
+	return "status " + strconv.Itoa(code)
 }
 
 // failure classifies an error that left no usable response. parent is the

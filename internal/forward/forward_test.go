@@ -1151,3 +1151,11 @@ func TestProbeCredentialsStayWithTheirOrigin(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusReason(t *testing.T) {
+	for _, code := range []int{-1, 0, 99, 100, 200, 204, 429, 503, 599, 600, 999, 1000} {
+		if got, want := statusReason(code), "status "+strconv.Itoa(code); got != want {
+			t.Errorf("statusReason(%d) = %q, want %q", code, got, want)
+		}
+	}
+}
