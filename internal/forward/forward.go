@@ -22,9 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -167,11 +169,28 @@ type Client struct {
 	appStatus bool
 	maxResp   int64
 	retry     StatusRules
-	allow     map[string]struct{} // lower-case header names
+	// allow maps each allow-listed header name, and traceparent and
+	// tracestate, in lower case to its canonical form: the name a copied
+	// message header is set under, computed once rather than per message.
+	allow     map[string]string
 	userAgent string
 	transport *http.Transport
 	client    *http.Client
+	urls      urlCache
 }
+
+// urlCache keeps the parsed request URL of each path sent to: a source
+// sends every message to one path, and building its URL string and
+// parsing it were two allocations and a parse per message.
+// Copied on write: the per-message read takes no lock.
+type urlCache struct {
+	m  atomic.Pointer[map[string]url.URL] // by Request.Path
+	mu sync.Mutex                         // serialises writers
+}
+
+// maxCachedURLs bounds the cache for a caller that sends to ever new
+// paths; past it a path's URL is parsed per request, as it always was.
+const maxCachedURLs = 64
 
 // New validates c, applies defaults and builds the connection pool. All
 // problems are reported at once.
@@ -218,7 +237,7 @@ func New(c Config) (*Client, error) {
 		appStatus: !c.IgnoreAppStatus,
 		maxResp:   orDefault(c.MaxResponseBytes, DefaultMaxResponseBytes),
 		retry:     rules,
-		allow:     make(map[string]struct{}, len(c.HeaderAllowlist)),
+		allow:     make(map[string]string, len(c.HeaderAllowlist)+2),
 		userAgent: orDefault(c.UserAgent, DefaultUserAgent),
 	}
 	if u := base.User; u != nil {
@@ -228,8 +247,8 @@ func New(c Config) (*Client, error) {
 	}
 	cl.maxReq = max(orDefault(c.MaxRequestTime, DefaultMaxRequestTime), cl.timeout)
 	cl.base = strings.TrimSuffix(base.String(), "/")
-	for _, n := range c.HeaderAllowlist {
-		cl.allow[strings.ToLower(n)] = struct{}{}
+	for _, n := range append([]string{"traceparent", "tracestate"}, c.HeaderAllowlist...) {
+		cl.allow[strings.ToLower(n)] = textproto.CanonicalMIMEHeaderKey(n)
 	}
 
 	maxConns := orDefault(c.MaxConns, DefaultMaxConns)
@@ -334,13 +353,13 @@ func (c *Client) target(path string) string {
 // may be acting on it and its answer decides what becomes of the key.
 func (c *Client) Do(ctx context.Context, r Request) Result {
 	start := time.Now()
-	res := c.do(ctx, r)
+	res := c.do(ctx, start, r)
 	res.Duration = time.Since(start)
 	res.Slow = res.Duration > c.timeout
 	return res
 }
 
-func (c *Client) do(parent context.Context, r Request) Result {
+func (c *Client) do(parent context.Context, start time.Time, r Request) Result {
 	if r.IdempotencyKey != "" && !validHeaderValue(r.IdempotencyKey) {
 		// Sending the message without its key would silently drop the app's
 		// defence against a double effect; mangling it could collide with
@@ -352,14 +371,11 @@ func (c *Client) do(parent context.Context, r Request) Result {
 			Err:     fmt.Errorf("%w: idempotency key contains characters not allowed in a header value", ErrInvalidRequest),
 		}
 	}
-	ctx, cancel := context.WithTimeout(parent, c.maxReq)
-	defer cancel()
-	if r.OnSlow != nil {
-		t := time.AfterFunc(c.timeout, r.OnSlow)
-		defer t.Stop()
-	}
+	b := c.bound(parent, start, r.OnSlow)
+	defer b.stop()
+	var ctx context.Context = b
 	for try := 1; ; try++ {
-		var sent sendTrace
+		sent := new(sendTrace)
 		req, err := c.newRequest(httptrace.WithClientTrace(ctx, sent.trace()), &r)
 		if err != nil {
 			return Result{
@@ -391,6 +407,84 @@ func (c *Client) do(parent context.Context, r Request) Result {
 	}
 }
 
+// reqBound is the per-request context: it ends at MaxRequestTime, and on
+// the way, at Timeout, tells OnSlow. Both are one timer, re-armed after
+// its first firing, where context.WithTimeout and a time.AfterFunc for
+// OnSlow were two timers and their allocations per message.
+type reqBound struct {
+	// context.Context is a WithCancelCause child of the caller's context;
+	// only Deadline is overridden.
+	context.Context
+	cancel   context.CancelCauseFunc
+	deadline time.Time // start + MaxRequestTime
+	onSlow   func()
+
+	mu      sync.Mutex
+	t       *time.Timer
+	slowed  bool // the timer's first firing, OnSlow's, has happened
+	stopped bool // Do is done: the timer must not be re-armed
+}
+
+// bound returns the request's context; its stop ends it.
+// The deadline is reached by cancelling with context.DeadlineExceeded as
+// the cause: net/http reports context.Cause, so its errors are the ones
+// a WithTimeout context gave, and failure still tells our deadline from
+// the caller's by which of the two contexts ended.
+func (c *Client) bound(parent context.Context, start time.Time, onSlow func()) *reqBound {
+	b := &reqBound{deadline: start.Add(c.maxReq), onSlow: onSlow}
+	if d, ok := parent.Deadline(); ok && d.Before(b.deadline) {
+		// As context.WithTimeout: the caller's earlier deadline stands.
+		b.deadline = d
+	}
+	b.Context, b.cancel = context.WithCancelCause(parent)
+	first := c.maxReq
+	if onSlow != nil && c.timeout < c.maxReq {
+		first = c.timeout
+	} else if onSlow == nil {
+		b.slowed = true
+	}
+	b.mu.Lock()
+	b.t = time.AfterFunc(first, b.fire)
+	b.mu.Unlock()
+	return b
+}
+
+// Deadline is the one net.Dialer bounds a dial by, as with WithTimeout.
+func (b *reqBound) Deadline() (time.Time, bool) { return b.deadline, true }
+
+func (b *reqBound) fire() {
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return
+	}
+	if !b.slowed {
+		// Re-armed before OnSlow runs: a slow OnSlow must not push the
+		// deadline back.
+		b.slowed = true
+		if rest := time.Until(b.deadline); rest > 0 {
+			b.t.Reset(rest)
+			b.mu.Unlock()
+			b.onSlow()
+			return
+		}
+		b.mu.Unlock()
+		b.onSlow()
+		b.cancel(context.DeadlineExceeded)
+		return
+	}
+	b.mu.Unlock()
+	b.cancel(context.DeadlineExceeded)
+}
+
+func (b *reqBound) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.t.Stop()
+	b.mu.Unlock()
+	b.cancel(context.Canceled)
+}
+
 // newRequest builds the POST. net/http re-sends a request by itself when
 // a kept-alive connection fails before the answer and the request is
 // "replayable": a body it can rewind (GetBody, or none at all) and an
@@ -403,7 +497,7 @@ func (c *Client) do(parent context.Context, r Request) Result {
 // the one net/http looks for. X-Idempotency-Key is the proxy's own and
 // never comes from the message (isOwned).
 func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.target(r.Path), nil)
+	req, err := c.post(ctx, r.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -411,9 +505,23 @@ func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, err
 		req.Body = io.NopCloser(bytes.NewReader(r.Body))
 		req.ContentLength = int64(len(r.Body))
 	}
-	// Sized up front: the map would otherwise grow twice per request.
-	req.Header = make(http.Header, len(r.Meta)+len(r.MessageHeaders)+5)
-	c.setHeaders(req.Header, r)
+	// Sized up front, to at most what setHeaders sets: the map would
+	// otherwise grow twice per request, and a hint past what one group
+	// holds (8) costs two more allocations for a map that never needs them.
+	n := len(r.Meta) + len(r.MessageHeaders) + 2 // Content-Type, User-Agent
+	if r.IdempotencyKey != "" {
+		n++
+	}
+	if r.Attempt > 0 {
+		n++
+	}
+	if c.basicAuth != "" {
+		n++
+	}
+	if n > 8 {
+		req.Header = make(http.Header, n)
+	} // else NewRequestWithContext's empty map, whose one group holds them
+	c.setHeaders(req.Header, r, n)
 	if len(r.Body) == 0 {
 		if v, ok := req.Header["Idempotency-Key"]; ok {
 			delete(req.Header, "Idempotency-Key")
@@ -423,24 +531,70 @@ func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, err
 	return req, nil
 }
 
+// post is http.NewRequestWithContext(ctx, POST, c.target(path), nil),
+// the URL parsed once per path: on a hit the request is made with an
+// empty URL, which parses to a fresh zero url.URL, and the cached one is
+// copied into it, so no two requests share a *url.URL.
+func (c *Client) post(ctx context.Context, path string) (*http.Request, error) {
+	var u url.URL
+	ok := false
+	m := c.urls.m.Load()
+	if m != nil {
+		u, ok = (*m)[path]
+	}
+	if ok {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", nil)
+		if err != nil {
+			return nil, err
+		}
+		*req.URL = u
+		req.Host = u.Host
+		return req, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.target(path), nil)
+	if err != nil {
+		return nil, err
+	}
+	c.urls.mu.Lock()
+	defer c.urls.mu.Unlock()
+	old := c.urls.m.Load()
+	if old != nil && len(*old) >= maxCachedURLs {
+		return req, nil
+	}
+	next := make(map[string]url.URL, 1)
+	if old != nil {
+		next = maps.Clone(*old)
+	}
+	next[path] = *req.URL
+	c.urls.m.Store(&next)
+	return req, nil
+}
+
 // sendTrace records whether any of the request was written, and on a
 // connection used before: what tells a request the app cannot have seen
 // from one it may be acting on.
+// The ClientTrace is held inside it: one allocation for the two.
 type sendTrace struct {
 	wrote, reused atomic.Bool
+	ct            httptrace.ClientTrace
 }
 
 func (s *sendTrace) trace() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{
-		GotConn:      func(i httptrace.GotConnInfo) { s.reused.Store(i.Reused) },
-		WroteHeaders: func() { s.wrote.Store(true) },
-	}
+	s.ct.GotConn = func(i httptrace.GotConnInfo) { s.reused.Store(i.Reused) }
+	s.ct.WroteHeaders = func() { s.wrote.Store(true) }
+	return &s.ct
 }
 
 // classify reads at most maxResp bytes of the answer, closes it and decides.
 func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Result {
 	code := resp.StatusCode
-	res := Result{Status: code, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	res := Result{Status: code}
+	// Indexed, not Header.Get: net/http stores a response's header names
+	// canonical, and Get would canonicalise the constant on every message.
+	if v := firstValue(resp.Header["Retry-After"]); v != "" {
+		// Absent (most answers): parseRetryAfter says 0 without a clock.
+		res.RetryAfter = parseRetryAfter(v, time.Now())
+	}
 
 	if code < 200 || code > 299 {
 		// The body is of no use, but reading a short one to the end lets the
@@ -451,7 +605,7 @@ func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Resu
 		if c.retry.Retryable(code) {
 			res.Outcome = Retryable
 		}
-		res.Reason = "status " + strconv.Itoa(code)
+		res.Reason = statusReason(code)
 		return res
 	}
 
@@ -461,17 +615,40 @@ func (c *Client) classify(parent, ctx context.Context, resp *http.Response) Resu
 	// Closing a body not read to EOF closes the connection rather than
 	// draining it: that is how an oversized answer is cut off.
 	resp.Body.Close()
-	res.Outcome, res.Reason = Success, "status "+strconv.Itoa(code)
+	res.Outcome, res.Reason = Success, statusReason(code)
 	if err != nil || n > c.maxResp || !c.appStatus {
 		// A 2xx is a success unless a complete body says otherwise: the
 		// app acted, and retrying would act again. A body cut short or
 		// too long to read can say nothing.
 		return res
 	}
-	if o, reason, ok := appStatus(resp.Header.Get("Content-Type"), buf.Bytes()); ok {
+	if o, reason, ok := appStatus(firstValue(resp.Header["Content-Type"]), buf.Bytes()); ok {
 		res.Outcome, res.Reason = o, reason
 	}
 	return res
+}
+
+func firstValue(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// statusReasons holds Result.Reason for the statuses 100 to 599, made
+// once: "status " + strconv.Itoa(code) was two allocations per message.
+var statusReasons = func() (r [600]string) {
+	for code := 100; code < len(r); code++ {
+		r[code] = "status " + strconv.Itoa(code)
+	}
+	return r
+}()
+
+func statusReason(code int) string {
+	if code >= 100 && code < len(statusReasons) {
+		return statusReasons[code]
+	}
+	return "status " + strconv.Itoa(code)
 }
 
 // failure classifies an error that left no usable response. parent is the

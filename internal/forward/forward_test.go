@@ -222,22 +222,27 @@ func TestDoBasicAuthFromURLAndPathJoin(t *testing.T) {
 	srv, got := recordingApp(t)
 	u := strings.Replace(srv.URL, "http://", "http://svc:p%40ss@", 1) + "/api/"
 	c := newClient(t, Config{URL: u})
-	for _, tt := range []struct{ path, wantPath, wantQuery string }{
-		{"", "/api", ""},
-		{"/orders", "/api/orders", ""},
-		{"orders", "/api/orders", ""},
-		{"/orders?src=rabbit", "/api/orders", "src=rabbit"},
-	} {
-		if res := c.Do(context.Background(), Request{Path: tt.path}); res.Outcome != Success {
-			t.Fatalf("path %q: result = %+v", tt.path, res)
-		}
-		r := next(t, got)
-		if r.path != tt.wantPath || r.query != tt.wantQuery {
-			t.Errorf("path %q: app saw %s?%s, want %s?%s", tt.path, r.path, r.query, tt.wantPath, tt.wantQuery)
-		}
-		req := &http.Request{Header: r.header}
-		if user, pass, ok := req.BasicAuth(); !ok || user != "svc" || pass != "p@ss" {
-			t.Errorf("basic auth = %q %q %v, want svc p@ss", user, pass, ok)
+	wantHost := strings.TrimPrefix(srv.URL, "http://")
+	// Twice: the second round is sent with the URLs parsed in the first.
+	for round := range 2 {
+		for _, tt := range []struct{ path, wantPath, wantQuery string }{
+			{"", "/api", ""},
+			{"/orders", "/api/orders", ""},
+			{"orders", "/api/orders", ""},
+			{"/orders?src=rabbit", "/api/orders", "src=rabbit"},
+			{"/orders?src=kafka", "/api/orders", "src=kafka"},
+		} {
+			if res := c.Do(context.Background(), Request{Path: tt.path}); res.Outcome != Success {
+				t.Fatalf("round %d path %q: result = %+v", round, tt.path, res)
+			}
+			r := next(t, got)
+			if r.path != tt.wantPath || r.query != tt.wantQuery || r.host != wantHost {
+				t.Errorf("round %d path %q: app saw %s%s?%s, want %s%s?%s", round, tt.path, r.host, r.path, r.query, wantHost, tt.wantPath, tt.wantQuery)
+			}
+			req := &http.Request{Header: r.header}
+			if user, pass, ok := req.BasicAuth(); !ok || user != "svc" || pass != "p@ss" {
+				t.Errorf("basic auth = %q %q %v, want svc p@ss", user, pass, ok)
+			}
 		}
 	}
 }
@@ -250,6 +255,7 @@ func TestDoRejectsInvalidRequest(t *testing.T) {
 	for _, r := range []Request{
 		{IdempotencyKey: "a\r\nX-Evil: 1"},
 		{Path: "/%zz?token=s3cret"},
+		{Path: "/%zz?token=s3cret"}, // a path that failed is not remembered as good
 	} {
 		res := c.Do(context.Background(), r)
 		if res.Outcome != Permanent || !errors.Is(res.Err, ErrInvalidRequest) {
@@ -528,6 +534,63 @@ func TestDoSlowIsWaitedFor(t *testing.T) {
 			}
 			if got := slow.Load(); res.Slow != tt.slow || (got == 1) != tt.slow || got > 1 {
 				t.Errorf("Slow = %v, OnSlow called %d times; want slow %v", res.Slow, got, tt.slow)
+			}
+		})
+	}
+}
+
+// The one timer behind Timeout and MaxRequestTime: whether OnSlow is set
+// or not, however long OnSlow takes, and when the two are equal, the
+// request is given up at MaxRequestTime as a context deadline, OnSlow
+// told exactly once.
+func TestDoAbandonsAtMaxRequestTime(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	const maxReq = 300 * time.Millisecond
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		onSlow  func(*atomic.Int32) func()
+		slow    int32
+	}{
+		{"no OnSlow", 50 * time.Millisecond, func(*atomic.Int32) func() { return nil }, 0},
+		{"OnSlow", 50 * time.Millisecond, func(n *atomic.Int32) func() { return func() { n.Add(1) } }, 1},
+		// An OnSlow that blocks must not hold the deadline back.
+		{"blocking OnSlow", 50 * time.Millisecond, func(n *atomic.Int32) func() {
+			return func() { n.Add(1); <-release }
+		}, 1},
+		{"Timeout equal to MaxRequestTime", maxReq, func(n *atomic.Int32) func() { return func() { n.Add(1) } }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newClient(t, Config{URL: srv.URL, Timeout: tt.timeout, MaxRequestTime: maxReq})
+			var slow atomic.Int32
+			done := make(chan Result, 1)
+			go func() { done <- c.Do(context.Background(), Request{OnSlow: tt.onSlow(&slow)}) }()
+			var res Result
+			select {
+			case res = <-done:
+			case <-time.After(maxReq + 5*time.Second):
+				t.Fatalf("Do still running %v after MaxRequestTime", 5*time.Second)
+			}
+			if res.Outcome != Retryable || res.Reason != "no answer within app.max_request_time" || !res.Abandoned || !res.MayBeRunning || !res.Slow || res.Unreachable {
+				t.Errorf("result = %+v, want retryable, abandoned, slow", res)
+			}
+			if !errors.Is(res.Err, context.DeadlineExceeded) {
+				t.Errorf("Err = %v, want it to wrap context.DeadlineExceeded", res.Err)
+			}
+			if res.Duration < maxReq || res.Duration > maxReq+time.Second {
+				t.Errorf("Duration = %v, want about %v", res.Duration, maxReq)
+			}
+			// OnSlow runs on the timer's goroutine: give a late one time
+			// to show up before counting.
+			time.Sleep(50 * time.Millisecond)
+			if got := slow.Load(); got != tt.slow {
+				t.Errorf("OnSlow called %d times, want %d", got, tt.slow)
 			}
 		})
 	}
@@ -1085,6 +1148,14 @@ func TestProbeCredentialsStayWithTheirOrigin(t *testing.T) {
 		_ = c.Probe(context.Background(), healthURL) // https to an http server fails; what was sent is the point
 		if got := otherAuth.Load().(string) + appAuth.Load().(string); got != "" {
 			t.Errorf("Probe(%s), another origin than app.url, sent Authorization %q", healthURL, got)
+		}
+	}
+}
+
+func TestStatusReason(t *testing.T) {
+	for _, code := range []int{-1, 0, 99, 100, 200, 204, 429, 503, 599, 600, 999, 1000} {
+		if got, want := statusReason(code), "status "+strconv.Itoa(code); got != want {
+			t.Errorf("statusReason(%d) = %q, want %q", code, got, want)
 		}
 	}
 }

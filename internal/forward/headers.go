@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -90,35 +91,36 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-// setHeaders fills h in increasing order of trust: message headers, then
+// setHeaders fills h, with at most n headers, in increasing order of trust: message headers, then
 // the caller's metadata, then the headers this package owns, each
 // overriding the one before.
-func (c *Client) setHeaders(h http.Header, r *Request) {
+func (c *Client) setHeaders(h http.Header, r *Request, n int) {
 	// One backing array for every value rather than a []string each;
 	// the full slice expression keeps an Add to one header from
 	// overwriting the next.
-	vals := make([]string, 0, len(r.MessageHeaders)+len(r.Meta)+5)
+	vals := make([]string, 0, n)
 	set := func(name, v string) {
 		vals = append(vals, v)
 		n := len(vals)
 		h[name] = vals[n-1 : n : n]
 	}
+	var buf [64]byte
 	for name, v := range r.MessageHeaders {
-		lower := lowerASCII(name)
-		if lower != "traceparent" && lower != "tracestate" {
-			if _, ok := c.allow[lower]; !ok {
-				continue
-			}
-		}
-		// The allowlist was validated, so only the message's own name and
-		// value can still be bad here; skip rather than fail the request.
+		// Only a valid name can be allow-listed (the allowlist was
+		// validated), so checking it first changes no answer, and it
+		// makes the name ASCII, which lowerToken lowers exactly as
+		// strings.ToLower would.
 		if !validHeaderName(name) || !validHeaderValue(v) {
 			continue
 		}
-		set(textproto.CanonicalMIMEHeaderKey(name), v)
+		canon, ok := c.allow[string(lowerToken(&buf, name))]
+		if !ok {
+			continue
+		}
+		set(canon, v)
 	}
 	for _, m := range r.Meta {
-		if !validHeaderName(m.Name) || !validHeaderValue(m.Value) || isHopByHop(lowerASCII(m.Name)) {
+		if !validHeaderName(m.Name) || !validHeaderValue(m.Value) || isHopByHopToken(lowerToken(&buf, m.Name)) {
 			continue
 		}
 		set(textproto.CanonicalMIMEHeaderKey(m.Name), m.Value)
@@ -140,13 +142,26 @@ func (c *Client) setHeaders(h http.Header, r *Request) {
 	}
 }
 
-// lowerASCII avoids strings.ToLower's allocation for the common case of a
-// name that is lower-case already (traceparent, most broker headers).
-func lowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if 'A' <= s[i] && s[i] <= 'Z' {
-			return strings.ToLower(s)
-		}
+// lowerToken lowers a valid header name, which is ASCII, into buf when
+// it fits: a map lookup of string(b) then allocates nothing, where
+// strings.ToLower allocates for every name with a capital, as the
+// canonical names of the metadata headers all have.
+func lowerToken(buf *[64]byte, s string) []byte {
+	b := buf[:0]
+	if len(s) > len(buf) {
+		b = make([]byte, 0, len(s))
 	}
-	return s
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+func isHopByHopToken(lower []byte) bool {
+	_, ok := hopByHop[string(lower)]
+	return ok || bytes.HasPrefix(lower, []byte("proxy-"))
 }

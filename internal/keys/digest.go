@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 )
 
@@ -42,7 +43,32 @@ func (d *Digester) Digest(body []byte) seenset.Digest {
 	if d == nil || len(d.paths) == 0 {
 		return seenset.SumDigest(body)
 	}
-	doc := parseDoc(body)
+	return d.fields(parseDoc(body))
+}
+
+// DigestMessage is Digest(m.Body), which it checks for JSON only when
+// m.BodyJSON does not say already (a key rule on the body has checked
+// it), and then records the answer there.
+func (d *Digester) DigestMessage(m *broker.Message) seenset.Digest {
+	if d == nil || len(d.paths) == 0 {
+		return seenset.SumDigest(m.Body)
+	}
+	switch m.BodyJSON {
+	case broker.JSONValid:
+		return d.fields(shapeDoc(m.Body, true))
+	case broker.JSONInvalid:
+		return d.fields(shapeDoc(m.Body, false))
+	}
+	doc := parseDoc(m.Body)
+	m.BodyJSON = broker.JSONValid
+	if doc.invalid {
+		m.BodyJSON = broker.JSONInvalid
+	}
+	return d.fields(doc)
+}
+
+func (d *Digester) fields(doc jsonDoc) seenset.Digest {
+	body := doc.body
 	if doc.notObj {
 		return seenset.SumDigest(body)
 	}

@@ -1,8 +1,10 @@
 package keys_test
 
 import (
+	"encoding/json"
 	"testing"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 )
@@ -58,5 +60,47 @@ func TestDigestFields(t *testing.T) {
 func TestDigestFieldsInvalid(t *testing.T) {
 	if _, err := keys.ParseDigestFields([]string{"payload", "", "a..b"}); err == nil {
 		t.Fatal("empty paths accepted")
+	}
+}
+
+// DigestMessage is Digest, checking the body for JSON only when the key
+// rules have not: what m.BodyJSON says is taken as it is, and an unchecked
+// body's answer is recorded.
+func TestDigestMessage(t *testing.T) {
+	d, err := keys.ParseDigestFields([]string{"payload", "meta.tenant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := []string{
+		`{"meta":{"tenant":"t1"},"payload":{"amount":10}}`,
+		` null `, `[1,2]`, `"s"`, `{"payload":1}`, `{}`, `not json`, `{"payload":`, ``,
+	}
+	for _, b := range bodies {
+		body := []byte(b)
+		want := d.Digest(body)
+		m := &broker.Message{Body: body}
+		if got := d.DigestMessage(m); got != want {
+			t.Errorf("%q unchecked: DigestMessage differs from Digest", b)
+		}
+		wantCheck := broker.JSONInvalid
+		if json.Valid(body) {
+			wantCheck = broker.JSONValid
+		}
+		if m.BodyJSON != wantCheck {
+			t.Errorf("%q: BodyJSON = %v, want %v", b, m.BodyJSON, wantCheck)
+		}
+		// As the key rules left it: the same digest without a second check.
+		if got := d.DigestMessage(&broker.Message{Body: body, BodyJSON: wantCheck}); got != want {
+			t.Errorf("%q checked: DigestMessage differs from Digest", b)
+		}
+	}
+	// The recorded answer is trusted, not checked again.
+	body := []byte(`{"payload":1}`)
+	if d.DigestMessage(&broker.Message{Body: body, BodyJSON: broker.JSONInvalid}) != seenset.SumDigest(body) {
+		t.Error("a body recorded as not JSON is not digested whole")
+	}
+	whole, _ := keys.ParseDigestFields(nil)
+	if whole.DigestMessage(&broker.Message{Body: body}) != seenset.SumDigest(body) {
+		t.Error("without fields the digest is not the whole body's")
 	}
 }

@@ -199,15 +199,16 @@ func (e *Extractor) Specs() []string { return e.specs }
 // characters", "ambiguous header", "body is not JSON"), for metrics and logs.
 // A rule that reads the body records in m.BodyJSON whether it is JSON.
 func (e *Extractor) Key(m *broker.Message) (key, why string) {
-	var doc *jsonDoc
+	var doc jsonDoc
+	parsed := false
 	why = "absent"
 	for _, r := range e.rules {
 		var v string
 		var miss string
 		switch r.kind {
 		case ruleJSON, ruleTemplate:
-			if doc == nil {
-				doc = parseDoc(m.Body)
+			if !parsed {
+				doc, parsed = parseDoc(m.Body), true
 				m.BodyJSON = broker.JSONValid
 				if doc.invalid {
 					m.BodyJSON = broker.JSONInvalid
@@ -262,7 +263,7 @@ func usable(v string) string {
 func header(h map[string]string, name string) (string, string) {
 	v, found := "", false
 	for k, hv := range h {
-		if strings.ToLower(k) != name {
+		if !lowerEquals(k, name) {
 			continue
 		}
 		if found && hv != v {
@@ -274,6 +275,30 @@ func header(h map[string]string, name string) (string, string) {
 		return "", "absent"
 	}
 	return v, ""
+}
+
+// lowerEquals is strings.ToLower(s) == lower without ToLower's
+// allocation for a name with a capital, for the ASCII names headers
+// almost always have: every header of every message is compared.
+func lowerEquals(s, lower string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return strings.ToLower(s) == lower
+		}
+	}
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonDoc looks values up in a JSON body without decoding it: validJSON
@@ -288,11 +313,15 @@ type jsonDoc struct {
 	invalid bool
 }
 
-func parseDoc(body []byte) *jsonDoc {
-	d := &jsonDoc{body: body}
+// parseDoc returns a value: a pointer escaped, one allocation per message.
+func parseDoc(body []byte) jsonDoc { return shapeDoc(body, validJSON(body)) }
+
+// shapeDoc is parseDoc for a body already known to be JSON or not.
+func shapeDoc(body []byte, valid bool) jsonDoc {
+	d := jsonDoc{body: body}
 	i := skipWS(body, 0)
 	switch {
-	case !validJSON(body):
+	case !valid:
 		d.notObj, d.invalid = true, true
 	case i < len(body) && body[i] == 'n':
 		d.null = true // "null" decodes to an empty object: every path absent

@@ -336,3 +336,22 @@ func TestKeyRecordsWhetherTheBodyIsJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestLowerEquals(t *testing.T) {
+	for _, tc := range []struct{ s, lower string }{
+		{"bq-message-id", "bq-message-id"},
+		{"BQ-Message-Id", "bq-message-id"},
+		{"BQ-Message-Ie", "bq-message-id"},
+		{"BQ-Message-I", "bq-message-id"},
+		{"", ""},
+		{"x", ""},
+		{"X-\u212Aey", "x-key"}, // the Kelvin sign lowers to an ASCII k
+		{"X-ÄB", "x-äb"},
+		{"x-@[`{", "x-@[`{"},
+		{"X-@[`{", "x-@{`{"},
+	} {
+		if got, want := lowerEquals(tc.s, tc.lower), strings.ToLower(tc.s) == tc.lower; got != want {
+			t.Errorf("lowerEquals(%q, %q) = %v, want %v", tc.s, tc.lower, got, want)
+		}
+	}
+}

@@ -85,7 +85,7 @@ func (w *work) identify() (_ problem, why string) {
 		if key, why = w.s.Keys.Key(m); key == "" {
 			return noKey, why
 		}
-		w.c = p.claims.Begin(w.s.prefix+key, w.s.Digest.Digest(m.Body))
+		w.c = p.claims.Begin(w.s.prefix+key, w.s.Digest.DigestMessage(m))
 	}
 	return fine, ""
 }
