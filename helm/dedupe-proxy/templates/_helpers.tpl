@@ -54,6 +54,38 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
+A user label map may not hold a key of the selector labels: the chart
+writes them itself, so the key would appear twice in the same labels
+(helm renders that; a strict decode into the Kubernetes types refuses
+it), and on the pods the user's value would fight the Deployment's
+selector, which cannot change after install. additionalLabels lands on every object, podLabels
+on the pod template only (so only in mode deployment).
+*/}}
+{{- define "dedupe-proxy.checkLabels" -}}
+{{- $selector := include "dedupe-proxy.selectorLabels" . | fromYaml }}
+{{- $maps := dict "additionalLabels" .Values.additionalLabels }}
+{{- if eq .Values.mode "deployment" }}
+{{- $_ := set $maps "podLabels" .Values.podLabels }}
+{{- end }}
+{{- range $path, $m := $maps }}
+{{- range $key, $_ := $m | default dict }}
+{{- if hasKey $selector $key }}
+{{- $label := printf "%s=%s" $key (index $selector $key) }}
+{{- $why := printf "the chart sets %s on every object it renders, so the key would be there twice" $label }}
+{{- if eq $.Values.mode "deployment" }}
+{{- $why = printf "the chart sets %s on the pods itself: its Deployment selects its pods by that label, and a Deployment's selector cannot change after install" $label }}
+{{- end }}
+{{- $instead := "to change the chart's value, set nameOverride (it changes the selector too, see docs/kubernetes.md)" }}
+{{- if eq $key "app.kubernetes.io/instance" }}
+{{- $instead = "the chart's value is the release name: install under another name to change it" }}
+{{- end }}
+{{- fail (printf "%s.%s: %s. Put your value under another key (app.kubernetes.io/part-of: %s, or your own app: %s); %s" $path $key $why (index $m $key) (index $m $key) $instead) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 Create the name of the service account to use
 */}}
 {{- define "dedupe-proxy.serviceAccountName" -}}
