@@ -77,3 +77,26 @@ func TestLabelsBesideSelector(t *testing.T) {
 
 	render(t, "", "--set", "mode=shared", "--set-json", `podLabels={"app.kubernetes.io/name":"orders"}`)
 }
+
+// TestLabelsSetTwice: the chart's other labels, and a key of
+// additionalLabels in podLabels, would also be written twice in the same
+// labels; the render fails and names the value.
+func TestLabelsSetTwice(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set-json", `podLabels={"app.kubernetes.io/version":"2.3"}`}, "podLabels.app.kubernetes.io/version: the chart sets app.kubernetes.io/version="},
+		{[]string{"--set-json", `podLabels={"app.kubernetes.io/managed-by":"me"}`}, "podLabels.app.kubernetes.io/managed-by: the chart sets app.kubernetes.io/managed-by=Helm on every object it renders, so the key would be there twice"},
+		{[]string{"--set-json", `additionalLabels={"helm.sh/chart":"x"}`}, "additionalLabels.helm.sh/chart: the chart sets helm.sh/chart="},
+		{[]string{"--set", "mode=shared", "--set-json", `additionalLabels={"helm.sh/chart":"x"}`}, "additionalLabels.helm.sh/chart: the chart sets helm.sh/chart="},
+		{[]string{"--set-json", `podLabels={"team":"a"}`, "--set-json", `additionalLabels={"team":"b"}`}, "podLabels.team: additionalLabels.team puts it on the pods too, so the key would be there twice. Set it in one of the two"},
+	} {
+		_, err := Template(chartDir, "ci", "", tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	// Mode shared renders no pod: podLabels meets additionalLabels nowhere.
+	render(t, "", "--set", "mode=shared", "--set-json", `podLabels={"team":"a"}`, "--set-json", `additionalLabels={"team":"b"}`)
+}
