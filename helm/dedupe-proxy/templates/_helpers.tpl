@@ -31,18 +31,25 @@ Create chart name and version as used by the chart label.
 {{- end }}
 
 {{/*
-Common labels
+Common labels: the chart's own, then additionalLabels.
 */}}
 {{- define "dedupe-proxy.labels" -}}
+{{ include "dedupe-proxy.chartLabels" . }}
+{{- with .Values.additionalLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The labels the chart itself puts on every object and pod.
+*/}}
+{{- define "dedupe-proxy.chartLabels" -}}
 helm.sh/chart: {{ include "dedupe-proxy.chart" . }}
 {{ include "dedupe-proxy.selectorLabels" . }}
 {{- if .Chart.AppVersion }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-{{- with .Values.additionalLabels }}
-{{ toYaml . }}
-{{- end }}
 {{- end }}
 
 {{/*
@@ -51,6 +58,44 @@ Selector labels
 {{- define "dedupe-proxy.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "dedupe-proxy.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+A user label map may not hold a key of the chart's own labels, nor
+podLabels a key of additionalLabels: both land in the same labels, so
+the key would appear twice (helm renders that; a strict decode into the
+Kubernetes types refuses it). A selector label's message says more: on
+the pods the user's value would fight the Deployment's selector, which
+cannot change after install. additionalLabels lands on every object,
+podLabels on the pod template only (so only in mode deployment).
+*/}}
+{{- define "dedupe-proxy.checkLabels" -}}
+{{- $selector := include "dedupe-proxy.selectorLabels" . | fromYaml }}
+{{- $own := include "dedupe-proxy.chartLabels" . | fromYaml }}
+{{- $maps := dict "additionalLabels" .Values.additionalLabels }}
+{{- if eq .Values.mode "deployment" }}
+{{- $_ := set $maps "podLabels" .Values.podLabels }}
+{{- end }}
+{{- range $path, $m := $maps }}
+{{- range $key, $_ := $m | default dict }}
+{{- if hasKey $selector $key }}
+{{- $label := printf "%s=%s" $key (index $selector $key) }}
+{{- $why := printf "the chart sets %s on every object it renders, so the key would be there twice" $label }}
+{{- if eq $.Values.mode "deployment" }}
+{{- $why = printf "the chart sets %s on the pods itself: its Deployment selects its pods by that label, and a Deployment's selector cannot change after install" $label }}
+{{- end }}
+{{- $instead := "to change the chart's value, set nameOverride (it changes the selector too, see docs/kubernetes.md)" }}
+{{- if eq $key "app.kubernetes.io/instance" }}
+{{- $instead = "the chart's value is the release name: install under another name to change it" }}
+{{- end }}
+{{- fail (printf "%s.%s: %s. Put your value under another key (app.kubernetes.io/part-of: %s, or your own app: %s); %s" $path $key $why (index $m $key) (index $m $key) $instead) }}
+{{- else if hasKey $own $key }}
+{{- fail (printf "%s.%s: the chart sets %s=%s on every object it renders, so the key would be there twice. Put your value under another key of your own" $path $key $key (index $own $key)) }}
+{{- else if and (eq $path "podLabels") (hasKey ($.Values.additionalLabels | default dict) $key) }}
+{{- fail (printf "podLabels.%s: additionalLabels.%s puts it on the pods too, so the key would be there twice. Set it in one of the two" $key $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
