@@ -64,3 +64,40 @@ func BenchmarkValidJSON(b *testing.B) {
 		}
 	})
 }
+
+// TestPlainRunFindsTheFirstSpecialByte holds the eight-at-a-time scan to
+// a byte-by-byte one: every byte value at every offset of short and long
+// runs, bytes that only resemble a quote, backslash or control character
+// (0xA2, 0xDC, 0x80 with their top bit set) and two special bytes in one
+// word, where the second's borrow must not move the answer.
+func TestPlainRunFindsTheFirstSpecialByte(t *testing.T) {
+	naive := func(b []byte, i int) int {
+		for ; i < len(b); i++ {
+			if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+				return i
+			}
+		}
+		return len(b)
+	}
+	for n := 0; n <= 20; n++ {
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				for from := 0; from <= pos; from++ {
+					got, want := plainRun(b, from), naive(b, from)
+					// Within the last seven bytes plainRun stops at once.
+					if got != want && !(got < want && got+8 > len(b)) {
+						t.Fatalf("plainRun(%q, %d) = %d, want %d", b, from, got, want)
+					}
+				}
+				if pos+1 < n {
+					b[pos+1] = '"'
+					if got, want := plainRun(b, 0), naive(b, 0); got != want && !(got < want && got+8 > len(b)) {
+						t.Fatalf("plainRun(%q, 0) = %d, want %d", b, got, want)
+					}
+				}
+			}
+		}
+	}
+}
