@@ -155,6 +155,9 @@ func (b *Coalescer) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 	queued := len(calls)
 	for i, c := range calls {
 		c.ctx, c.done = ctx, make(chan struct{})
+		if b.enqueue(c) {
+			continue
+		}
 		select {
 		case b.calls <- c:
 			continue
@@ -191,14 +194,31 @@ func (b *Coalescer) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 	return gone
 }
 
-func (b *Coalescer) wait(c *Call) error {
-	ctx := c.ctx
+// enqueue queues c if the queue has room, without waiting. The queue
+// almost always has room, and a send with nothing else to choose from
+// costs a fraction of the select that waits on the context and Close
+// too; a call queued after either is answered all the same (exec drops
+// a call whose context ended, and a caller stops waiting once the loop
+// exited).
+func (b *Coalescer) enqueue(c *Call) bool {
 	select {
 	case b.calls <- c:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-b.stop:
-		return ErrClosed
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *Coalescer) wait(c *Call) error {
+	ctx := c.ctx
+	if !b.enqueue(c) {
+		select {
+		case b.calls <- c:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.stop:
+			return ErrClosed
+		}
 	}
 	select {
 	case <-c.done:
