@@ -108,9 +108,14 @@ func (w *work) key() string {
 // halted reports whether the pipeline stops or the delivery was lost:
 // starting (or going on with) a forward would only delay the shutdown.
 func (w *work) halted() bool {
+	// Two single-channel checks, not one select over both: each is a
+	// lock-free look at an open channel, where the select locks both.
 	select {
 	case <-w.s.p.draining:
 		return true
+	default:
+	}
+	select {
 	case <-w.d.Lost():
 		return true
 	default:
