@@ -370,8 +370,8 @@ sources:
     rabbitmq:
       url: %[6]s
       queue: %[7]s
-      prefetch: 32
-      workers: 8
+      prefetch: 64
+      workers: 16
       dead_letter:
         mode: publish
         routing_key: %[8]s

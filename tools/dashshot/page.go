@@ -111,21 +111,24 @@ const DATA = {{.Data}};
 const PALETTE = ["#73BF69", "#F2CC0C", "#8AB8FF", "#FF780A", "#F2495C", "#5794F2", "#B877D9", "#705DA0", "#37872D", "#FADE2A", "#447EBC", "#C15C17", "#890F02", "#0A437C", "#6D1F62", "#584477"];
 function scaled(v, steps, digits) {
   const a = Math.abs(v);
-  for (const [f, suffix] of steps) if (a >= f) return +(v / f).toFixed(digits) + suffix;
-  return +v.toFixed(digits) + steps[steps.length - 1][1];
+  for (const [f, suffix] of steps) if (a >= f) return +(v / f).toPrecision(digits) + suffix;
+  const [f, suffix] = steps[steps.length - 1];
+  return +(v / f).toPrecision(digits) + suffix;
 }
 function fmt(unit, v) {
   if (v == null) return "";
   switch (unit) {
   case "s":
     if (v === 0) return "0 s";
-    return scaled(v, [[3600, " h"], [60, " min"], [1, " s"], [1e-3, " ms"], [1e-6, " µs"], [1e-9, " ns"]], 2);
-  case "ops": return scaled(v, [[1e6, " Mops/s"], [1e3, " Kops/s"], [0, " ops/s"]], 2);
-  case "reqps": return scaled(v, [[1e6, " Mreq/s"], [1e3, " Kreq/s"], [0, " req/s"]], 2);
-  default: return scaled(v, [[1e9, " B"], [1e6, " Mil"], [1e3, " K"], [0, ""]], 2);
+    return scaled(v, [[3600, " h"], [60, " min"], [1, " s"], [1e-3, " ms"], [1e-6, " µs"], [1e-9, " ns"]], 3);
+  case "ops": return scaled(v, [[1e6, " Mops/s"], [1e3, " Kops/s"], [1, " ops/s"]], 3);
+  case "reqps": return scaled(v, [[1e6, " Mreq/s"], [1e3, " Kreq/s"], [1, " req/s"]], 3);
+  default: return scaled(v, [[1e9, " B"], [1e6, " Mil"], [1e3, " K"], [1, ""]], 3);
   }
 }
 const times = DATA.times;
+const measure = document.createElement("canvas").getContext("2d");
+measure.font = "11px DejaVu Sans, sans-serif";
 DATA.panels.forEach((p, i) => {
   if (!p.series || !p.series.some(s => s.values.some(v => v != null))) return;
   const el = document.getElementById("p" + i);
@@ -150,9 +153,11 @@ DATA.panels.forEach((p, i) => {
     cursor: { show: false },
     scales: { x: { time: true }, y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.08 : 1] } },
     axes: [
-      { stroke: "#8e8e8e", grid: { stroke: "#2c3235", width: 1 }, ticks: { stroke: "#2c3235", width: 1 }, font: "11px DejaVu Sans, sans-serif" },
       { stroke: "#8e8e8e", grid: { stroke: "#2c3235", width: 1 }, ticks: { stroke: "#2c3235", width: 1 }, font: "11px DejaVu Sans, sans-serif",
-        size: 70, values: (u, splits) => splits.map(v => fmt(p.unit, v)) },
+        values: (u, splits) => splits.map(t => new Date(t * 1000).toISOString().slice(11, 19)) },
+      { stroke: "#8e8e8e", grid: { stroke: "#2c3235", width: 1 }, ticks: { stroke: "#2c3235", width: 1 }, font: "11px DejaVu Sans, sans-serif",
+        size: (u, values) => values ? Math.ceil(Math.max(...values.map(v => measure.measureText(v).width))) + 18 : 40,
+        values: (u, splits) => splits.map(v => fmt(p.unit, v)) },
     ],
     series: [{}].concat(p.series.map((s, j) => ({ label: s.name, stroke: PALETTE[j % PALETTE.length], width: 1.5, spanGaps: false, points: { show: false } }))),
   };
