@@ -352,7 +352,7 @@ app:
   health_url: /healthz
   health_interval: 1s
 seenset:
-  ttl: 1h
+  ttl: 80h
   lease: 10s
   redis:
     addrs: ["%[5]s"]

@@ -159,7 +159,7 @@ func every(ctx context.Context, perSecond float64, f func() error) error {
 }
 
 // publishRabbit publishes envelopes to the orders queue: 15% are a
-// recent body again, and every 150th reuses a recent id with another
+// recent body again, and every 600th (one in 20 s) reuses a recent id with another
 // amount (a producer bug the key-reuse panel shows).
 func publishRabbit(ctx context.Context, conn *amqp.Connection, queue string, c *counts) error {
 	ch, err := conn.Channel()
@@ -177,7 +177,7 @@ func publishRabbit(ctx context.Context, conn *amqp.Connection, queue string, c *
 		var id string
 		var body []byte
 		switch {
-		case n%150 == 0:
+		case n%600 == 0:
 			var ok bool
 			if id, _, ok = sent.pick(); !ok {
 				return nil
