@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -118,8 +119,8 @@ func substitute(expr string, vars map[string]string) (string, error) {
 	return out, nil
 }
 
-// promDuration writes d as Prometheus reads a range ("8s", "1m30s" is
-// not accepted by older versions, so seconds or milliseconds).
+// promDuration writes d as Prometheus reads a range or a step: whole
+// seconds, else milliseconds.
 func promDuration(d time.Duration) string {
 	if d%time.Second == 0 {
 		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
@@ -252,7 +253,9 @@ func (p prom) queryRange(ctx context.Context, expr, legendFormat string, w windo
 				continue
 			}
 			f, err := strconv.ParseFloat(str, 64)
-			if err != nil || f != f { // NaN: histogram_quantile of no observations
+			// NaN is histogram_quantile's answer where nothing was observed:
+			// Grafana draws a gap there.
+			if err != nil || math.IsNaN(f) {
 				continue
 			}
 			s.Values[i] = &f
