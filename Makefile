@@ -110,6 +110,29 @@ bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on Rabbit
 	go build -o bin/bench ./tools/bench
 	bin/bench -proxy $(BIN) $(BENCH_FLAGS)
 
+# make dashboard-picture remakes docs/img/dashboard.png. Prometheus is a
+# tool here, not a module dependency: installed into bin/tools (not
+# committed) like the linter. uPlot comes from npm into
+# tools/dashshot/node_modules (ignored), Chromium from apt-get.
+PROMETHEUS_VERSION := v0.316.0
+PROMETHEUS := bin/tools/prometheus-$(PROMETHEUS_VERSION)
+# Extra flags for tools/dashshot, e.g. DASHSHOT_FLAGS='-duration 1m -keep'.
+DASHSHOT_FLAGS ?=
+.PHONY: dashboard-picture
+dashboard-picture: build $(PROMETHEUS) ## Remake docs/img/dashboard.png: the dashboard's queries on a real Prometheus over a 3.5-min run (RabbitMQ, Redis), drawn with uPlot, shot by headless Chromium (~5 min)
+	@if ! command -v chromium >/dev/null; then \
+	  if [[ $$(id -u) == 0 ]] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium with apt-get"; \
+	    export DEBIAN_FRONTEND=noninteractive; apt-get update -qq || true; apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is not installed (Debian package chromium)"; exit 1; fi; \
+	fi
+	@test -f tools/dashshot/node_modules/uplot/dist/uPlot.iife.min.js || npm ci --prefix tools/dashshot --no-audit --no-fund
+	go run ./tools/dashshot -proxy $(BIN) -prometheus $(PROMETHEUS) $(DASHSHOT_FLAGS)
+
+$(PROMETHEUS):
+	GOBIN=$(CURDIR)/bin/tools go install github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION)
+	mv bin/tools/prometheus $@
+
 # make install puts the binary of make build in $(DESTDIR)$(PREFIX)/bin.
 PREFIX ?= /usr/local
 .PHONY: install
