@@ -306,8 +306,12 @@ func drive(ctx context.Context, d time.Duration, conn *amqp.Connection, rdb *red
 			running--
 			if err != nil {
 				cancel()
+				// The others stop with the context: what they say
+				// beyond that is added to the first error.
 				for ; running > 0; running-- {
-					<-errs
+					if e := <-errs; e != nil && !errors.Is(e, context.Canceled) {
+						err = errors.Join(err, e)
+					}
 				}
 				return nil, err
 			}
