@@ -227,7 +227,7 @@ func (d *Daemon) newSource(sc config.Source, ex *keys.Extractor) (broker.Source,
 	return k.NewSource(sc, config.SourceEnv{
 		Consumer: d.cfg.Consumer,
 		Logger:   d.log,
-		Metrics:  d.metrics.ForSource(sc.Name),
+		Metrics:  d.metrics.ForSource(sc.Name, sc.Type),
 		Key: func(m *broker.Message) string {
 			k, _ := ex.Key(m)
 			return k

@@ -238,18 +238,35 @@ type SourceMetrics struct {
 	Reserved  prometheus.Gauge
 }
 
-// ForSource returns the handle of source name.
-func (m *Metrics) ForSource(name string) *SourceMetrics {
-	return &SourceMetrics{
+// ForSource returns the handle of source name of the given kind
+// ("rabbitmq", "kafka", "redis"). Only its kind's series are exported: a
+// RabbitMQ source with a dedupe_proxy_kafka_partitions_held series at 0
+// would put a line for it on the dashboard's Kafka panel. The other
+// kinds' fields are live but exported nowhere, so a source may still
+// write them.
+func (m *Metrics) ForSource(name, kind string) *SourceMetrics {
+	sm := &SourceMetrics{
 		Reconnects:     m.Reconnects.WithLabelValues(name),
-		Commits:        m.KafkaCommits.WithLabelValues(name),
-		CommitFailures: m.KafkaCommitFail.WithLabelValues(name),
-		PartitionsHeld: m.PartitionHeld.WithLabelValues(name),
-		Lag:            m.KafkaLag.MustCurryWith(prometheus.Labels{"source": name}),
-		Reclaimed:      m.RedisReclaimed.WithLabelValues(name),
-		Queued:         m.RedisQueued.WithLabelValues(name),
-		Reserved:       m.RedisReserved.WithLabelValues(name),
+		Commits:        prometheus.NewCounter(prometheus.CounterOpts{Name: "unexported"}),
+		CommitFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "unexported"}),
+		PartitionsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "unexported"}),
+		Lag:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "unexported"}, []string{"topic", "partition"}),
+		Reclaimed:      prometheus.NewCounter(prometheus.CounterOpts{Name: "unexported"}),
+		Queued:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "unexported"}),
+		Reserved:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "unexported"}),
 	}
+	switch kind {
+	case "kafka":
+		sm.Commits = m.KafkaCommits.WithLabelValues(name)
+		sm.CommitFailures = m.KafkaCommitFail.WithLabelValues(name)
+		sm.PartitionsHeld = m.PartitionHeld.WithLabelValues(name)
+		sm.Lag = m.KafkaLag.MustCurryWith(prometheus.Labels{"source": name})
+	case "redis":
+		sm.Reclaimed = m.RedisReclaimed.WithLabelValues(name)
+		sm.Queued = m.RedisQueued.WithLabelValues(name)
+		sm.Reserved = m.RedisReserved.WithLabelValues(name)
+	}
+	return sm
 }
 
 // SetConnectedProbe makes every collection of dedupe_proxy_broker_connected

@@ -251,7 +251,7 @@ func New(o Options) (*Source, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Metrics == nil {
-		o.Metrics = metrics.New(nil).ForSource(o.Name)
+		o.Metrics = metrics.New(nil).ForSource(o.Name, "kafka")
 	}
 	// A setting left zero takes its default from DefaultOptions, the
 	// config file's own: one set of defaults.

@@ -38,7 +38,7 @@ func options(c *kafkatest.Cluster, topic string) kafka.Options {
 		RebalanceTimeout:  10 * time.Second,
 		RetryBackoff:      50 * time.Millisecond,
 		RetryBackoffMax:   500 * time.Millisecond,
-		Metrics:           metrics.New(nil).ForSource("orders"),
+		Metrics:           metrics.New(nil).ForSource("orders", "kafka"),
 		Logger:            debugLogger(),
 	}
 }

@@ -49,7 +49,7 @@ func (r *running) reconnects() float64 { return promtest.ToFloat64(r.m.Reconnect
 func start(t *testing.T, o rabbitmq.Options) *running {
 	t.Helper()
 	r := &running{dels: make(chan handed), quit: make(chan struct{}), done: make(chan error, 1)}
-	r.m = metrics.New(nil).ForSource(o.Name)
+	r.m = metrics.New(nil).ForSource(o.Name, "rabbitmq")
 	o.Metrics = r.m
 	r.s = rabbitmq.New(o)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -18,7 +18,7 @@ import (
 // removed when the test ends.
 func backlogSource(t *testing.T, addr string) (*StreamSource, *metrics.SourceMetrics, redis.UniversalClient) {
 	t.Helper()
-	m := metrics.New(nil).ForSource("test")
+	m := metrics.New(nil).ForSource("test", "redis")
 	s, err := NewStream(Options{Name: "test", Addrs: []string{addr}, Stream: testutil.UniqueName("dptest.backlog."),
 		Group: testutil.UniqueName("dptest-group-"), Replica: "me", Metrics: m})
 	if err != nil {
@@ -131,7 +131,7 @@ func TestStreamBacklogCluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cl := testutil.StartRedisCluster(t, testutil.RedisClusterOptions{})
-	m := metrics.New(nil).ForSource("test")
+	m := metrics.New(nil).ForSource("test", "redis")
 	s, err := NewStream(Options{Name: "test", Addrs: cl.Addrs(), Stream: testutil.UniqueName("dptest.backlog."),
 		Group: "g", Replica: "me", Metrics: m})
 	if err != nil {

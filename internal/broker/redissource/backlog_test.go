@@ -37,7 +37,7 @@ func TestStreamBacklogGauges(t *testing.T) {
 		}
 		ids[i] = id
 	}
-	m := metrics.New(nil).ForSource("test")
+	m := metrics.New(nil).ForSource("test", "redis")
 	release := make(chan struct{})
 	c := consumeStream(t, redissource.Options{Addrs: []string{testutil.RedisAddr()}, Stream: q.name, Group: group,
 		Workers: 2, ClaimIdle: 3 * time.Second, Metrics: m},
