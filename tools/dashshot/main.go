@@ -9,7 +9,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -29,6 +28,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dedupe-proxy/dedupe-proxy/tools/internal/proxymetrics"
 )
 
 type options struct {
@@ -230,7 +231,7 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	end := time.Now()
-	fwd, dup, dead := results(admin)
+	fwd, dup, dead := proxymetrics.Results(metricsClient, admin)
 
 	w := window{start: start.Add(-4 * time.Second).Truncate(scrapeInterval), end: end.Truncate(scrapeInterval), step: scrapeInterval}
 	panels, err := evaluate(ctx, pc, dash, vars, w)
@@ -328,7 +329,7 @@ func drive(ctx context.Context, d time.Duration, conn *amqp.Connection, rdb *red
 			}
 			if time.Since(lastLine) >= 15*time.Second {
 				lastLine = time.Now()
-				fwd, dup, dead := results(admin)
+				fwd, dup, dead := proxymetrics.Results(metricsClient, admin)
 				fmt.Printf("  %s  sent: RabbitMQ %d, list %d, webhooks %d | app: %d requests, %d × 500, %d slow | proxy: forwarded %.0f, duplicate %.0f, dead-lettered %.0f\n",
 					clock(time.Since(start)), c.published.Load(), c.listPushed.Load(), c.hooksSent.Load(),
 					app.requests.Load(), app.failed.Load(), app.slow.Load(), fwd, dup, dead)
@@ -591,34 +592,8 @@ func deleteKeys(rdb *redis.Client, patterns ...string) int {
 	return n
 }
 
-// results sums dedupe_proxy_messages_total by result from the proxy's
-// /metrics.
-func results(admin string) (fwd, dup, dead float64) {
-	client := &http.Client{Timeout: 2 * time.Second}
-	resp, err := client.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "dedupe_proxy_messages_total{") {
-			continue
-		}
-		v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		switch {
-		case strings.Contains(line, `result="forwarded"`):
-			fwd += v
-		case strings.Contains(line, `result="duplicate"`):
-			dup += v
-		case strings.Contains(line, `result="dead_lettered"`):
-			dead += v
-		}
-	}
-	return
-}
+// metricsClient reads the proxy's /metrics for the progress lines.
+var metricsClient = &http.Client{Timeout: 2 * time.Second}
 
 func freePort() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -14,7 +14,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,20 +21,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	mrand "math/rand/v2"
+
+	"github.com/dedupe-proxy/dedupe-proxy/tools/internal/proxymetrics"
 )
 
 func main() {
@@ -344,31 +342,7 @@ func (r *replica) waitReady(timeout time.Duration) error {
 
 // results scrapes dedupe_proxy_messages_total from the replica's /metrics.
 func (r *replica) results() (fwd, dup, dead float64) {
-	resp, err := http.Get("http://" + r.admin + "/metrics")
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "dedupe_proxy_messages_total{") {
-			continue
-		}
-		sp := strings.LastIndexByte(line, ' ')
-		v, _ := strconv.ParseFloat(line[sp+1:], 64)
-		switch {
-		case strings.Contains(line, `result="forwarded"`):
-			fwd += v
-		case strings.Contains(line, `result="duplicate"`):
-			dup += v
-		case strings.Contains(line, `result="dead_lettered"`):
-			dead += v
-		}
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return
+	return proxymetrics.Results(http.DefaultClient, r.admin)
 }
 
 func (r *replica) stop() {
