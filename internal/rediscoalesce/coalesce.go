@@ -542,8 +542,13 @@ func movedOrLost(err error) bool {
 // key is the one key a call touches.
 func (c *Call) key() string {
 	if c.Cmd != nil {
-		if k, ok := c.Cmd[1].(string); ok {
+		switch k := c.Cmd[1].(type) {
+		case string:
 			return k
+		case *string:
+			// As go-redis writes it: callers pass *string to save the
+			// allocation of boxing a string.
+			return *k
 		}
 	}
 	if len(c.Keys) > 0 {

@@ -85,6 +85,24 @@ type Redis struct {
 	// scriptsOnly is set once Redis refused SET … GET (before 7.0 NX and
 	// GET do not combine): claims and commits then run as scripts.
 	scriptsOnly atomic.Bool
+	// pxLease and pxTTL are the last lease and TTL in milliseconds as
+	// text: one per process in practice, formatted once, not per command.
+	pxLease, pxTTL atomic.Pointer[pxText]
+}
+
+type pxText struct {
+	d time.Duration
+	s string
+}
+
+// px is millis(d), kept in last.
+func px(last *atomic.Pointer[pxText], d time.Duration) string {
+	if t := last.Load(); t != nil && t.d == d {
+		return t.s
+	}
+	t := &pxText{d: d, s: millis(d)}
+	last.Store(t)
+	return t.s
 }
 
 var _ BatchStore = (*Redis)(nil)
@@ -283,7 +301,7 @@ func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duratio
 		return 0, err
 	}
 	if !r.scriptsOnly.Load() {
-		old, absent, err := r.batch.DoCmd(ctx, claimCmd(r.stored(key), token, lease)...)
+		old, absent, err := r.batch.DoCmd(ctx, r.claimCmd(key, token, lease).args()...)
 		if !r.refusedSetGet(err) {
 			if err != nil {
 				return 0, unavailable(ctx, err)
@@ -294,12 +312,50 @@ func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duratio
 	return r.claimByScript(ctx, key, token, lease)
 }
 
-func claimCmd(key, token string, lease time.Duration) []any {
-	return []any{"SET", key, "inflight:" + token, "NX", "PX", millis(lease), "GET"}
+// setCmd is one SET … GET of a claim or a commit in one allocation: the
+// coalescer's call, its arguments and the strings they point at. go-redis
+// writes a *string argument as the string, and a pointer needs no
+// allocation to go into an any where a string does; so the command costs
+// two allocations (this and its key and value, built as one string)
+// where a []any of strings cost eight, and a batch claim or commit makes
+// one per message.
+type setCmd struct {
+	call     rediscoalesce.Call
+	key, val string
+	px       string
+	argv     [7]any
+	n        int
 }
 
-func commitCmd(key, token string, ttl time.Duration) []any {
-	return []any{"SET", key, "done:" + token, "PX", millis(ttl), "GET"}
+func (c *setCmd) args() []any { return c.argv[:c.n] }
+
+// claimCmd is SET key inflight:token NX PX lease GET.
+func (r *Redis) claimCmd(key, token string, lease time.Duration) *setCmd {
+	c := &setCmd{px: px(&r.pxLease, lease), n: 7}
+	c.key, c.val = r.storedWith(key, "inflight:", token)
+	c.argv = [7]any{"SET", &c.key, &c.val, "NX", "PX", &c.px, "GET"}
+	c.call.Cmd = c.argv[:c.n]
+	return c
+}
+
+// commitCmd is SET key done:token PX ttl GET.
+func (r *Redis) commitCmd(key, token string, ttl time.Duration) *setCmd {
+	c := &setCmd{px: px(&r.pxTTL, ttl), n: 6}
+	c.key, c.val = r.storedWith(key, "done:", token)
+	c.argv = [7]any{"SET", &c.key, &c.val, "PX", &c.px, "GET"}
+	c.call.Cmd = c.argv[:c.n]
+	return c
+}
+
+// storedWith is stored(key) and tag+token, made as one string when the
+// key is kept as it is.
+func (r *Redis) storedWith(key, tag, token string) (string, string) {
+	if r.hashOver > 0 && len(key) > r.hashOver {
+		return r.stored(key), tag + token
+	}
+	both := r.prefix + key + tag + token
+	n := len(r.prefix) + len(key)
+	return both[:n], both[n:]
 }
 
 func (r *Redis) claimByScript(ctx context.Context, key, token string, lease time.Duration) (ClaimResult, error) {
@@ -370,7 +426,7 @@ func claimResult(n int64) (ClaimResult, error) {
 func (r *Redis) ClaimMany(ctx context.Context, items []KeyToken, lease time.Duration) []ClaimReply {
 	out := make([]ClaimReply, len(items))
 	if !r.scriptsOnly.Load() {
-		res := r.runMany(ctx, nil, claimCmd, items, lease)
+		res := r.runMany(ctx, nil, r.claimCmd, items, lease)
 		if !r.refusedSetGet(firstErr(res)) {
 			for i, rep := range res {
 				out[i].Err = rep.err
@@ -394,7 +450,7 @@ func (r *Redis) ClaimMany(ctx context.Context, items []KeyToken, lease time.Dura
 func (r *Redis) CommitMany(ctx context.Context, items []KeyToken, ttl time.Duration) []error {
 	out := make([]error, len(items))
 	if !r.scriptsOnly.Load() {
-		res := r.runMany(ctx, nil, commitCmd, items, ttl)
+		res := r.runMany(ctx, nil, r.commitCmd, items, ttl)
 		if !r.refusedSetGet(firstErr(res)) {
 			for i, rep := range res {
 				out[i] = rep.err
@@ -433,7 +489,7 @@ func firstErr(rs []reply) error {
 // runMany runs, for every valid item in one pipelined batch, the script
 // s or, when s is nil, the plain command cmd builds; an invalid item gets
 // its validation error and no call.
-func (r *Redis) runMany(ctx context.Context, s *redis.Script, cmd func(key, token string, d time.Duration) []any, items []KeyToken, d time.Duration) []reply {
+func (r *Redis) runMany(ctx context.Context, s *redis.Script, cmd func(key, token string, d time.Duration) *setCmd, items []KeyToken, d time.Duration) []reply {
 	out := make([]reply, len(items))
 	calls := make([]*rediscoalesce.Call, len(items))
 	live := make([]*rediscoalesce.Call, 0, len(items))
@@ -443,7 +499,7 @@ func (r *Redis) runMany(ctx context.Context, s *redis.Script, cmd func(key, toke
 			continue
 		}
 		if s == nil {
-			calls[i] = &rediscoalesce.Call{Cmd: cmd(r.stored(it.Key), it.Token, d)}
+			calls[i] = &cmd(it.Key, it.Token, d).call
 		} else {
 			calls[i] = &rediscoalesce.Call{Script: s, Keys: []string{r.stored(it.Key)}, Args: []any{it.Token, ms}}
 		}
@@ -482,7 +538,7 @@ func (r *Redis) Commit(ctx context.Context, key, token string, ttl time.Duration
 		return err
 	}
 	if !r.scriptsOnly.Load() {
-		old, absent, err := r.batch.DoCmd(ctx, commitCmd(r.stored(key), token, ttl)...)
+		old, absent, err := r.batch.DoCmd(ctx, r.commitCmd(key, token, ttl).args()...)
 		if !r.refusedSetGet(err) {
 			if err != nil {
 				return unavailable(ctx, err)

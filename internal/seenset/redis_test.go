@@ -401,6 +401,32 @@ func BenchmarkMemoryClaimCommit(b *testing.B) {
 	benchClaimCommit(b, s)
 }
 
+// BenchmarkRedisClaimCommitMany is a Kafka batch's store cost: 32 keys
+// claimed in one pipeline, then committed in one. Per op: one message.
+func BenchmarkRedisClaimCommitMany(b *testing.B) {
+	s, _, _ := newSharedStore(b)
+	const batch = 32
+	ctx := context.Background()
+	items := make([]seenset.KeyToken, batch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += batch {
+		for i := range items {
+			items[i] = seenset.KeyToken{Key: "bench:many:" + strconv.Itoa(n+i), Token: "T"}
+		}
+		for i, r := range s.ClaimMany(ctx, items, 30*time.Second) {
+			if r.Err != nil || r.Result != seenset.Claimed {
+				b.Fatalf("ClaimMany %d: %v, %v", i, r.Result, r.Err)
+			}
+		}
+		for i, err := range s.CommitMany(ctx, items, 5*time.Minute) {
+			if err != nil {
+				b.Fatalf("CommitMany %d: %v", i, err)
+			}
+		}
+	}
+}
+
 // benchClaimCommit measures the per-message store cost of the happy path:
 // one claim, one commit, each on a new key.
 func benchClaimCommit(b *testing.B, s seenset.Store) {
