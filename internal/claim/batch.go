@@ -24,6 +24,10 @@ type Batch struct {
 	mu      sync.Mutex
 	idle    sync.Cond // broadcast when the flush loop ends
 	pending []pendingCommit
+	// spare is the slice of the commit before last, emptied: pending
+	// and it take turns, so successes queue without growing a new slice
+	// for every commit.
+	spare   []pendingCommit
 	running bool
 }
 
@@ -86,7 +90,7 @@ func (b *Batch) Take(ctx context.Context, n int, at func(i int) *Session) []seen
 	}
 	// The leases start no earlier than this.
 	ends := time.Now().Add(p.lease)
-	ctx, cancel := context.WithTimeout(ctx, p.opTimeout)
+	ctx, cancel := p.ops.bound(ctx)
 	replies := seenset.ClaimMany(ctx, p.store, items, p.lease)
 	cancel()
 	var err error
@@ -130,10 +134,12 @@ func (b *Batch) loop() {
 	defer b.mu.Unlock()
 	for len(b.pending) > 0 {
 		todo := b.pending
-		b.pending = nil
+		b.pending = b.spare
 		b.mu.Unlock()
 		b.commit(todo)
 		b.mu.Lock()
+		clear(todo)
+		b.spare = todo[:0]
 	}
 	b.running = false
 	b.idle.Broadcast()
@@ -156,7 +162,7 @@ func (b *Batch) commit(todo []pendingCommit) {
 		items[i] = seenset.KeyToken{Key: t.s.key, Token: t.s.token}
 	}
 	// As a single commit: even during shutdown, the app already acted.
-	ctx, cancel := context.WithTimeout(context.Background(), p.opTimeout)
+	ctx, cancel := p.ops.bound(context.Background())
 	errs := seenset.CommitMany(ctx, p.store, items, p.ttl)
 	cancel()
 	for i, t := range todo {
