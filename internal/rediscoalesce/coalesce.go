@@ -58,6 +58,14 @@ type Call struct {
 	Args     []any
 	Cmd      []any
 	IntReply bool
+	// OftenNil: the reply is usually nil (a claim's SET NX GET of a new
+	// key). A pipeline leads with a call that is not, where it has one:
+	// go-redis takes a nil first reply for a failed pipeline and runs
+	// its retry classification on it, a dozen errors.As, about 18,000
+	// instructions per pipeline. So an OftenNil call may run after a
+	// call queued behind it; mark only calls whose order against the
+	// others does not matter (claims of distinct keys).
+	OftenNil bool
 	// merge: an XACK of one ID (Cmd is XACK stream group id) that joins
 	// the other XACKs of its pipeline on the same stream and group.
 	merge bool
@@ -116,6 +124,13 @@ func (b *Coalescer) DoCmd(ctx context.Context, cmd ...any) (val string, absent b
 		return "", false, err
 	}
 	return c.Val, c.Absent, nil
+}
+
+// Run runs c, a plain command or a script, and returns its error; its
+// reply is in c (N, Val, Absent).
+func (b *Coalescer) Run(ctx context.Context, c *Call) error {
+	c.ctx, c.done = ctx, make(chan struct{})
+	return b.wait(c)
 }
 
 // DoInt runs one plain command whose reply is an integer (XACK, LREM).
@@ -308,6 +323,7 @@ func (b *Coalescer) exec(batch []*Call) {
 		c.finish()
 		return
 	}
+	leadWithNonNil(live)
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	pipe := b.c.Pipeline()
@@ -366,6 +382,23 @@ func (b *Coalescer) exec(batch []*Call) {
 		}
 		c.N, c.Err = n, err
 		c.finish()
+	}
+}
+
+// leadWithNonNil moves the first call that is neither OftenNil nor a
+// merged XACK (those go last) to the front of calls, when the first is
+// OftenNil, keeping the order of the others: the one moved overtakes
+// OftenNil calls only, which say their order does not matter.
+func leadWithNonNil(calls []*Call) {
+	if len(calls) == 0 || !calls[0].OftenNil {
+		return
+	}
+	for j, c := range calls {
+		if !c.OftenNil && !c.merge {
+			copy(calls[1:j+1], calls[:j])
+			calls[0] = c
+			return
+		}
 	}
 }
 

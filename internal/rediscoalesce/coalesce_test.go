@@ -556,3 +556,93 @@ func TestWaitReplicas(t *testing.T) {
 		}
 	})
 }
+
+// firstOfPipelines records the arguments of each pipeline's first
+// command.
+type firstOfPipelines struct {
+	mu    sync.Mutex
+	first [][]any
+}
+
+func (h *firstOfPipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *firstOfPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+
+func (h *firstOfPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !handshake(cmds) {
+			h.mu.Lock()
+			h.first = append(h.first, cmds[0].Args())
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A pipeline leads with a call whose reply is not usually nil, where it
+// has one: go-redis treats a nil first reply as a failed pipeline and
+// classifies it for a retry. The calls still get their own replies, the
+// OftenNil ones keep their order among themselves, and *string
+// arguments are sent as their strings.
+func TestPipelineLeadsWithACallThatIsNotOftenNil(t *testing.T) {
+	f := newFixture(t, testutil.RedisAddr(), 0, 0)
+	h := &firstOfPipelines{}
+	f.c.AddHook(h)
+	ctx := context.Background()
+	if err := f.c.Set(ctx, f.key("there"), "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	release, held := f.inFlight(t)
+	k1, k2, there := f.key("new1"), f.key("new2"), f.key("there")
+	calls := []*rediscoalesce.Call{
+		{Cmd: []any{"SET", &k1, "a", "NX", "GET"}, OftenNil: true},
+		{Cmd: []any{"SET", &k2, "b", "NX", "GET"}, OftenNil: true},
+		{Cmd: []any{"SET", k1, "c", "NX", "GET"}, OftenNil: true},
+		{Cmd: []any{"GET", &there}},
+	}
+	done := make(chan []error)
+	go func() { done <- f.b.DoMany(ctx, calls) }()
+	f.queued(t, len(calls))
+	release()
+	gone := <-done
+	<-held
+	for i, err := range gone {
+		if err != nil || calls[i].Err != nil {
+			t.Fatalf("call %d: gone %v, err %v", i, err, calls[i].Err)
+		}
+	}
+	h.mu.Lock()
+	first := h.first
+	h.mu.Unlock()
+	if len(first) != 1 || len(first[0]) != 2 || first[0][0] != "GET" {
+		t.Fatalf("pipelines led with %v, want one pipeline led by the GET", first)
+	}
+	if !calls[0].Absent || !calls[1].Absent {
+		t.Errorf("the first SET NX GET of new keys: absent %v, %v; want both nil replies", calls[0].Absent, calls[1].Absent)
+	}
+	if calls[2].Absent || calls[2].Val != "a" {
+		t.Errorf("the second SET NX GET of %s = %q (absent %v), want \"a\": it ran before the first", k1, calls[2].Val, calls[2].Absent)
+	}
+	if calls[3].Val != "v" {
+		t.Errorf("GET = %q, want v", calls[3].Val)
+	}
+	if v, _ := f.c.Get(ctx, k2).Result(); v != "b" {
+		t.Errorf("%s = %q, want b: the *string key was not sent as its string", k2, v)
+	}
+}
+
+// Run runs one call and leaves its reply in it.
+func TestRun(t *testing.T) {
+	f := newFixture(t, testutil.RedisAddr(), 0, 0)
+	ctx := context.Background()
+	k := f.key("run")
+	c := &rediscoalesce.Call{Cmd: []any{"SET", &k, "x", "NX", "GET"}, OftenNil: true}
+	if err := f.b.Run(ctx, c); err != nil || !c.Absent {
+		t.Fatalf("Run of a new key: %v, absent %v", err, c.Absent)
+	}
+	c = &rediscoalesce.Call{Cmd: []any{"SET", &k, "y", "NX", "GET"}, OftenNil: true}
+	if err := f.b.Run(ctx, c); err != nil || c.Absent || c.Val != "x" {
+		t.Fatalf("Run again: %v, %q (absent %v), want \"x\"", err, c.Val, c.Absent)
+	}
+}

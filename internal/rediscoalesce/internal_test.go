@@ -51,6 +51,7 @@ func TestCallKey(t *testing.T) {
 	}{
 		{Call{Cmd: []any{"SET", "k1", "v"}}, "k1"},
 		{Call{Cmd: []any{"SET", []byte("k1"), "v"}}, ""},
+		{Call{Cmd: []any{"SET", ptr("k4"), "v"}}, "k4"},
 		{Call{Script: redis.NewScript("return 1"), Keys: []string{"k2", "k3"}}, "k2"},
 		{Call{Script: redis.NewScript("return 1")}, ""},
 	} {
@@ -59,3 +60,32 @@ func TestCallKey(t *testing.T) {
 		}
 	}
 }
+
+// leadWithNonNil moves the first call that is neither OftenNil nor a
+// merged XACK to the front and keeps the others' order.
+func TestLeadWithNonNil(t *testing.T) {
+	n1, n2, n3 := &Call{OftenNil: true}, &Call{OftenNil: true}, &Call{OftenNil: true}
+	x := &Call{merge: true}
+	p1, p2 := &Call{}, &Call{}
+	for _, tc := range []struct {
+		name     string
+		in, want []*Call
+	}{
+		{"empty", nil, nil},
+		{"already led", []*Call{p1, n1, p2}, []*Call{p1, n1, p2}},
+		{"all often nil", []*Call{n1, n2, n3}, []*Call{n1, n2, n3}},
+		{"one behind", []*Call{n1, n2, p1, n3, p2}, []*Call{p1, n1, n2, n3, p2}},
+		{"not a merged xack", []*Call{n1, x, p1}, []*Call{p1, n1, x}},
+		{"only a merged xack", []*Call{n1, x}, []*Call{n1, x}},
+	} {
+		got := append([]*Call(nil), tc.in...)
+		leadWithNonNil(got)
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("%s: position %d differs", tc.name, i)
+			}
+		}
+	}
+}
+
+func ptr(s string) *string { return &s }

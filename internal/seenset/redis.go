@@ -301,12 +301,13 @@ func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duratio
 		return 0, err
 	}
 	if !r.scriptsOnly.Load() {
-		old, absent, err := r.batch.DoCmd(ctx, r.claimCmd(key, token, lease).args()...)
+		c := r.claimCmd(key, token, lease)
+		err := r.batch.Run(ctx, &c.call)
 		if !r.refusedSetGet(err) {
 			if err != nil {
 				return 0, unavailable(ctx, err)
 			}
-			return r.claimFound(ctx, key, token, lease, old, absent)
+			return r.claimFound(ctx, key, token, lease, c.call.Val, c.call.Absent)
 		}
 	}
 	return r.claimByScript(ctx, key, token, lease)
@@ -318,32 +319,30 @@ func (r *Redis) Claim(ctx context.Context, key, token string, lease time.Duratio
 // allocation to go into an any where a string does; so the command costs
 // two allocations (this and its key and value, built as one string)
 // where a []any of strings cost eight, and a batch claim or commit makes
-// one per message.
+// one per message. Run through the coalescer as call.
 type setCmd struct {
 	call     rediscoalesce.Call
 	key, val string
 	px       string
 	argv     [7]any
-	n        int
 }
-
-func (c *setCmd) args() []any { return c.argv[:c.n] }
 
 // claimCmd is SET key inflight:token NX PX lease GET.
 func (r *Redis) claimCmd(key, token string, lease time.Duration) *setCmd {
-	c := &setCmd{px: px(&r.pxLease, lease), n: 7}
+	c := &setCmd{px: px(&r.pxLease, lease)}
 	c.key, c.val = r.storedWith(key, "inflight:", token)
 	c.argv = [7]any{"SET", &c.key, &c.val, "NX", "PX", &c.px, "GET"}
-	c.call.Cmd = c.argv[:c.n]
+	c.call.Cmd = c.argv[:7]
+	c.call.OftenNil = true // nil: the key was free, and now is ours
 	return c
 }
 
 // commitCmd is SET key done:token PX ttl GET.
 func (r *Redis) commitCmd(key, token string, ttl time.Duration) *setCmd {
-	c := &setCmd{px: px(&r.pxTTL, ttl), n: 6}
+	c := &setCmd{px: px(&r.pxTTL, ttl)}
 	c.key, c.val = r.storedWith(key, "done:", token)
 	c.argv = [7]any{"SET", &c.key, &c.val, "PX", &c.px, "GET"}
-	c.call.Cmd = c.argv[:c.n]
+	c.call.Cmd = c.argv[:6]
 	return c
 }
 
@@ -538,12 +537,13 @@ func (r *Redis) Commit(ctx context.Context, key, token string, ttl time.Duration
 		return err
 	}
 	if !r.scriptsOnly.Load() {
-		old, absent, err := r.batch.DoCmd(ctx, r.commitCmd(key, token, ttl).args()...)
+		c := r.commitCmd(key, token, ttl)
+		err := r.batch.Run(ctx, &c.call)
 		if !r.refusedSetGet(err) {
 			if err != nil {
 				return unavailable(ctx, err)
 			}
-			return commitFound(token, old, absent)
+			return commitFound(token, c.call.Val, c.call.Absent)
 		}
 	}
 	return r.runOwned(ctx, commitScript, key, token, millis(ttl))
