@@ -157,6 +157,24 @@ func (f *fixture) queued(t *testing.T, n int) {
 // While a pipeline is on the wire the calls that come meanwhile queue and
 // go out together in the next, at most MaxBatch to a pipeline; an idle
 // batcher sends a call alone at once.
+// doManyQueued runs calls with DoMany while a call is held on the wire
+// (inFlight), so they all queue and go out together once it is released,
+// and fails the test on any call's error.
+func (f *fixture) doManyQueued(t *testing.T, release func(), held <-chan struct{}, calls []*rediscoalesce.Call) {
+	t.Helper()
+	done := make(chan []error)
+	go func() { done <- f.b.DoMany(context.Background(), calls) }()
+	f.queued(t, len(calls))
+	release()
+	gone := <-done
+	<-held
+	for i, err := range gone {
+		if err != nil || calls[i].Err != nil {
+			t.Fatalf("call %d: gone %v, err %v", i, err, calls[i].Err)
+		}
+	}
+}
+
 func TestCallsQueuedBehindAPipelineShareTheNext(t *testing.T) {
 	f := newFixture(t, testutil.RedisAddr(), 0, 0)
 	ctx := context.Background()
@@ -195,7 +213,6 @@ func TestCallsQueuedBehindAPipelineShareTheNext(t *testing.T) {
 // other, run in the order they were queued.
 func TestQueuedCallsRunInOrder(t *testing.T) {
 	f := newFixture(t, testutil.RedisAddr(), 0, 0)
-	ctx := context.Background()
 	release, held := f.inFlight(t)
 	k := f.key("order")
 	n := rediscoalesce.MaxBatchForTest + 10
@@ -209,17 +226,7 @@ func TestQueuedCallsRunInOrder(t *testing.T) {
 		calls = append(calls, &rediscoalesce.Call{Cmd: []any{"APPEND", k, s}, IntReply: true})
 	}
 	calls = append(calls, &rediscoalesce.Call{Cmd: []any{"GET", k}})
-	done := make(chan []error)
-	go func() { done <- f.b.DoMany(ctx, calls) }()
-	f.queued(t, len(calls))
-	release()
-	gone := <-done
-	<-held
-	for i, err := range gone {
-		if err != nil || calls[i].Err != nil {
-			t.Fatalf("call %d: gone %v, err %v", i, err, calls[i].Err)
-		}
-	}
+	f.doManyQueued(t, release, held, calls)
 	for i, c := range calls[1 : n+1] {
 		if c.N != lengths[i] {
 			t.Fatalf("APPEND %d answered length %d, want %d: it did not run after the ones queued before it", i, c.N, lengths[i])
@@ -601,17 +608,7 @@ func TestPipelineLeadsWithACallThatIsNotOftenNil(t *testing.T) {
 		{Cmd: []any{"SET", k1, "c", "NX", "GET"}, OftenNil: true},
 		{Cmd: []any{"GET", &there}},
 	}
-	done := make(chan []error)
-	go func() { done <- f.b.DoMany(ctx, calls) }()
-	f.queued(t, len(calls))
-	release()
-	gone := <-done
-	<-held
-	for i, err := range gone {
-		if err != nil || calls[i].Err != nil {
-			t.Fatalf("call %d: gone %v, err %v", i, err, calls[i].Err)
-		}
-	}
+	f.doManyQueued(t, release, held, calls)
 	h.mu.Lock()
 	first := h.first
 	h.mu.Unlock()
