@@ -4,9 +4,14 @@ package testutil
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +122,80 @@ func (s *RedisServer) Kill() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Written returns the write commands the server made durable, in the
+// order of its append-only file, each as its arguments (a script's
+// writes appear as the commands it ran). Only a server started with
+// StartRedisPersistent has one. It tells a test whether a command whose
+// reply was lost to a kill was applied before the kill.
+func (s *RedisServer) Written() ([][]string, error) {
+	if !s.persist {
+		return nil, fmt.Errorf("testutil: %s keeps no append-only file (start it with StartRedisPersistent)", s.Addr())
+	}
+	// Redis 7 keeps a base file (RDB, empty here: --save "" and no
+	// rewrite) and incremental files of commands in appendonlydir.
+	files, err := filepath.Glob(filepath.Join(s.dir, "appendonlydir", "*.incr.aof"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files) // the sequence number is one digit in a test's life
+	var cmds [][]string
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		r := bufio.NewReader(bytes.NewReader(raw))
+		for {
+			cmd, err := readCommand(r)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("testutil: %s: %w", f, err)
+			}
+			cmds = append(cmds, cmd)
+		}
+	}
+	return cmds, nil
+}
+
+// readCommand reads one RESP array of bulk strings, as an append-only
+// file holds them; io.EOF at a clean end. A torn tail (the kill came
+// mid-write) is io.EOF too: Redis itself truncates it on load.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, io.EOF
+	}
+	if !strings.HasPrefix(line, "*") {
+		return nil, fmt.Errorf("want an array, read %q", line)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil {
+		return nil, fmt.Errorf("array length %q: %w", line, err)
+	}
+	cmd := make([]string, 0, n)
+	for range n {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return nil, io.EOF
+		}
+		if !strings.HasPrefix(line, "$") {
+			return nil, fmt.Errorf("want a bulk string, read %q", line)
+		}
+		size, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+		if err != nil {
+			return nil, fmt.Errorf("bulk length %q: %w", line, err)
+		}
+		buf := make([]byte, size+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, io.EOF
+		}
+		cmd = append(cmd, string(buf[:size]))
+	}
+	return cmd, nil
 }
 
 // Restart starts the server again on the same port (killing it first if it

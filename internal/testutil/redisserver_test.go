@@ -74,3 +74,46 @@ func configGet(t *testing.T, addr, param string) string {
 	}
 	return lines[4]
 }
+
+// Written lists what a persistent server applied, a script's writes
+// included, across a kill and restart; a server without persistence
+// says it keeps no file.
+func TestRedisServerWritten(t *testing.T) {
+	s := StartRedisPersistent(t)
+	send := func(args ...string) {
+		t.Helper()
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(c, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := "line one\r\nline two" // CRLF inside a value must not split it
+	send("RPUSH", "l", body, "other")
+	send("EVAL", "return redis.call('LREM', KEYS[1], -1, ARGV[1])", "1", "l", body)
+	s.Kill()
+	s.Restart()
+	send("DEL", "l")
+	got, err := s.Written()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lrem, del bool
+	for _, cmd := range got {
+		lrem = lrem || (len(cmd) == 4 && strings.EqualFold(cmd[0], "LREM") && cmd[3] == body)
+		del = del || (len(cmd) == 2 && strings.EqualFold(cmd[0], "DEL") && cmd[1] == "l")
+	}
+	if !lrem || !del {
+		t.Fatalf("Written = %q: want the script's LREM of %q and the DEL after the restart", got, body)
+	}
+	if _, err := StartRedis(t).Written(); err == nil || !strings.Contains(err.Error(), "StartRedisPersistent") {
+		t.Fatalf("Written on a server without persistence: %v", err)
+	}
+}
