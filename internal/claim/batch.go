@@ -27,7 +27,10 @@ type Batch struct {
 	// spare is the slice of the commit before last, emptied: pending
 	// and it take turns, so successes queue without growing a new slice
 	// for every commit.
-	spare   []pendingCommit
+	spare []pendingCommit
+	// items is the commit round trip's keys and tokens, reused by each
+	// (only the one loop at a time builds them).
+	items   []seenset.KeyToken
 	running bool
 }
 
@@ -88,6 +91,7 @@ func (b *Batch) Take(ctx context.Context, n int, at func(i int) *Session) []seen
 	if len(items) == 0 {
 		return results
 	}
+	b.reserve(len(items))
 	// The leases start no earlier than this.
 	ends := time.Now().Add(p.lease)
 	ctx, cancel := p.ops.bound(ctx)
@@ -117,6 +121,21 @@ func (b *Batch) Take(ctx context.Context, n int, at func(i int) *Session) []seen
 		}
 	}
 	return results
+}
+
+// reserve sizes the commit queue for n successes up front: it grew from
+// empty in every batch, up to two allocations per message when commits
+// went one or two at a time. pending and spare share one array, each in
+// its own half (a full slice expression keeps an append to one out of
+// the other).
+func (b *Batch) reserve(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cap(b.pending) >= n || len(b.pending) > 0 || b.running {
+		return
+	}
+	buf := make([]pendingCommit, 2*n)
+	b.pending, b.spare = buf[:0:n], buf[n:n:2*n]
 }
 
 func (b *Batch) add(s *Session, c Committed) {
@@ -157,10 +176,11 @@ func (b *Batch) Wait() {
 
 func (b *Batch) commit(todo []pendingCommit) {
 	p := b.p
-	items := make([]seenset.KeyToken, len(todo))
-	for i, t := range todo {
-		items[i] = seenset.KeyToken{Key: t.s.key, Token: t.s.token}
+	items := b.items[:0]
+	for _, t := range todo {
+		items = append(items, seenset.KeyToken{Key: t.s.key, Token: t.s.token})
 	}
+	defer func() { clear(items); b.items = items[:0] }()
 	// As a single commit: even during shutdown, the app already acted.
 	ctx, cancel := p.ops.bound(context.Background())
 	errs := seenset.CommitMany(ctx, p.store, items, p.ttl)

@@ -9,7 +9,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 )
 
-// hold keeps the claim on key renewed until stop is called, and calls lost
+// hold keeps the claim on key renewed until its Stop, and tells lost
 // (once, from the renewal's goroutine) if the store says the claim is no
 // longer token's: the lease expired and another owner may have taken the
 // key. from is when the lease was last set (when the claim or renewal was
@@ -22,30 +22,44 @@ import (
 // less one retry interval (0.63 × lease), whenever the outage starts; a
 // renewal that hangs does not push the next one past the expiry.
 //
-// stop waits for a renewal in progress, so none runs after a commit (it
+// Stop waits for a renewal in progress, so none runs after a commit (it
 // would find the key done and report a lease lost that was not).
-func (p *Protocol) hold(key, token string, from time.Time, lost func(error)) (stop func()) {
-	h := &hold{p: p, key: key, token: token, ok: from, lost: lost}
+func (p *Protocol) hold(key, token string, from time.Time, lost Lost) *Hold {
+	h := &Hold{p: p, key: key, token: token, ok: from, lost: lost}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.t = time.AfterFunc(time.Until(from.Add(p.lease/3)), h.tick)
-	return h.stop
+	return h
 }
+
+// Lost is told, once, that a renewal found the claim no longer the
+// session's. An interface rather than a func: a message's work passes
+// itself, where a method value would be an allocation per message.
+type Lost interface {
+	LeaseLost(err error)
+}
+
+// LostFunc is a func as a Lost.
+type LostFunc func(err error)
+
+// LeaseLost calls f.
+func (f LostFunc) LeaseLost(err error) { f(err) }
 
 // RetryDivisor: a failed renewal is tried again after lease/RetryDivisor.
 const RetryDivisor = 30
 
-type hold struct {
+// Hold is a claim being renewed; Stop ends it.
+type Hold struct {
 	p          *Protocol
 	key, token string
-	lost       func(error)
+	lost       Lost
 	mu         sync.Mutex
 	stopped    bool
 	ok         time.Time // when the last successful renewal (or the claim) was sent
 	t          *time.Timer
 }
 
-func (h *hold) tick() {
+func (h *Hold) tick() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {
@@ -67,14 +81,16 @@ func (h *hold) tick() {
 	case errors.Is(err, seenset.ErrNotOwner):
 		h.stopped = true
 		if h.lost != nil {
-			h.lost(err)
+			h.lost.LeaseLost(err)
 		}
 	default:
 		h.t.Reset(lease / RetryDivisor)
 	}
 }
 
-func (h *hold) stop() {
+// Stop ends the renewals, waiting for one in progress: none runs after
+// it returns.
+func (h *Hold) Stop() {
 	h.mu.Lock()
 	h.stopped = true
 	h.t.Stop()

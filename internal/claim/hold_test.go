@@ -69,8 +69,7 @@ func TestHoldSurvivesOutageBelowBound(t *testing.T) {
 			out.from = from.Add(lease/3 - 50*time.Millisecond)
 			out.to = out.from.Add(lease * 6 / 10)
 			var lost atomic.Bool
-			stop := s.Hold(func(error) { lost.Store(true) })
-			defer stop()
+			defer s.Hold(claim.LostFunc(func(error) { lost.Store(true) })).Stop()
 			// Past the lease the claim started with, and after the outage:
 			// only renewals that worked keep it.
 			time.Sleep(time.Until(from.Add(lease + 300*time.Millisecond)))
@@ -98,8 +97,7 @@ func TestHoldReportsLostLease(t *testing.T) {
 		t.Fatalf("claim: %v %v", res, err)
 	}
 	lost := make(chan struct{})
-	stop := s.Hold(func(error) { close(lost) })
-	defer stop()
+	defer s.Hold(claim.LostFunc(func(error) { close(lost) })).Stop()
 	select {
 	case <-lost:
 	case <-time.After(10 * time.Second):

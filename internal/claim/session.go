@@ -240,10 +240,11 @@ func (s *Session) Ahead() bool {
 	return true
 }
 
-// Hold keeps the claim renewed until stop is called and marks it sent: a
-// request is going out under it. lost is told (once, from the renewal's
-// goroutine) when the store says the claim is no longer the session's.
-func (s *Session) Hold(lost func(error)) (stop func()) {
+// Hold keeps the claim renewed until its Stop and marks it sent: a
+// request is going out under it. lost, when not nil, is told (once, from
+// the renewal's goroutine) when the store says the claim is no longer
+// the session's.
+func (s *Session) Hold(lost Lost) *Hold {
 	s.state |= sent
 	return s.p.hold(s.key, s.token, s.ends.Add(-s.p.lease), lost)
 }

@@ -66,8 +66,7 @@ func TestSessionCommitWakesLocalWaiter(t *testing.T) {
 	if res != seenset.Busy || wait == nil {
 		t.Fatalf("second take = %v, wait %v: want busy with a local wait", res, wait)
 	}
-	stop := a.Hold(nil)
-	stop()
+	a.Hold(nil).Stop()
 	var c commits
 	if act, err := a.Forwarded(ctx, ok, false, &c); act != claim.Commit || err != nil {
 		t.Fatalf("Forwarded(2xx) = %v %v", act, err)

@@ -375,8 +375,15 @@ func (c *Client) do(parent context.Context, start time.Time, r Request) Result {
 	defer b.stop()
 	var ctx context.Context = b
 	for try := 1; ; try++ {
-		sent := new(sendTrace)
-		req, err := c.newRequest(httptrace.WithClientTrace(ctx, sent.trace()), &r)
+		// The first try's trace and body come with the bound, in its one
+		// allocation; a re-send takes new ones, since net/http may still
+		// hold the failed try's.
+		sent, body := &b.sent, &b.body
+		if try > 1 {
+			sent, body = new(sendTrace), new(reqBody)
+		}
+		body.Reset(r.Body)
+		req, err := c.newRequest(httptrace.WithClientTrace(ctx, sent.trace()), &r, body)
 		if err != nil {
 			return Result{
 				Outcome: Permanent,
@@ -423,7 +430,17 @@ type reqBound struct {
 	t       *time.Timer
 	slowed  bool // the timer's first firing, OnSlow's, has happened
 	stopped bool // Do is done: the timer must not be re-armed
+
+	sent sendTrace
+	body reqBody
 }
+
+// reqBody is a request's body: io.NopCloser(bytes.NewReader(b)) in one
+// value that lives in the reqBound. Not a type net/http knows how to
+// rewind, so a request never gets a GetBody (see newRequest).
+type reqBody struct{ bytes.Reader }
+
+func (*reqBody) Close() error { return nil }
 
 // bound returns the request's context; its stop ends it.
 // The deadline is reached by cancelling with context.DeadlineExceeded as
@@ -496,13 +513,13 @@ func (b *reqBound) stop() {
 // wire (names are case-insensitive, and HTTP/2 sends them so), but not
 // the one net/http looks for. X-Idempotency-Key is the proxy's own and
 // never comes from the message (isOwned).
-func (c *Client) newRequest(ctx context.Context, r *Request) (*http.Request, error) {
+func (c *Client) newRequest(ctx context.Context, r *Request, body *reqBody) (*http.Request, error) {
 	req, err := c.post(ctx, r.Path)
 	if err != nil {
 		return nil, err
 	}
 	if len(r.Body) > 0 {
-		req.Body = io.NopCloser(bytes.NewReader(r.Body))
+		req.Body = body
 		req.ContentLength = int64(len(r.Body))
 	}
 	// Sized up front, to at most what setHeaders sets: the map would

@@ -451,10 +451,9 @@ func (h *Handler) answer(w http.ResponseWriter, res forward.Result) {
 // forward sends the event to the app, holding the claim (renewing its
 // lease) for as long as the request is open.
 func (h *Handler) forward(s *claim.Session, key string, body []byte, ct string, meta []forward.Header, headers map[string]string, slow func()) forward.Result {
-	stop := s.Hold(func(error) {
+	defer s.Hold(claim.LostFunc(func(error) {
 		h.log.Error("lease lost while forwarding: another request claimed the event and may forward it too", "key", key)
-	})
-	defer stop()
+	})).Stop()
 	return h.o.Forwarder.Do(h.hard, forward.Request{
 		Path:           h.o.AppPath,
 		Body:           body,
