@@ -77,6 +77,31 @@ type Call struct {
 
 	ctx  context.Context
 	done chan struct{}
+	// group is set for a DoMany call, which has no done of its own: its
+	// answer is answered, and the group's done closes after the last.
+	group    *callGroup
+	answered atomic.Bool
+}
+
+// callGroup is the calls of one DoMany: one channel and one wait for
+// all of them, where a channel and a select each were most of what a
+// batch claim or commit cost per key in the calling process.
+type callGroup struct {
+	left atomic.Int32
+	done chan struct{}
+}
+
+// has reports whether c has its answer (its fields may be read).
+func (c *Call) has() bool {
+	if c.group != nil {
+		return c.answered.Load()
+	}
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // maxBatch bounds one pipeline; more waiting calls go in the next. The
@@ -129,7 +154,7 @@ func (b *Coalescer) DoCmd(ctx context.Context, cmd ...any) (val string, absent b
 // Run runs c, a plain command or a script, and returns its error; its
 // reply is in c (N, Val, Absent).
 func (b *Coalescer) Run(ctx context.Context, c *Call) error {
-	c.ctx, c.done = ctx, make(chan struct{})
+	c.ctx, c.done, c.group = ctx, make(chan struct{}), nil
 	return b.wait(c)
 }
 
@@ -167,9 +192,15 @@ func (b *Coalescer) XAck(ctx context.Context, stream, group, id string) (int64, 
 // gone[i] is why.
 func (b *Coalescer) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 	gone = make([]error, len(calls))
+	if len(calls) == 0 {
+		return gone
+	}
+	g := &callGroup{done: make(chan struct{})}
+	g.left.Store(int32(len(calls)))
 	queued := len(calls)
 	for i, c := range calls {
-		c.ctx, c.done = ctx, make(chan struct{})
+		c.ctx, c.done, c.group = ctx, nil, g
+		c.answered.Store(false)
 		if b.enqueue(c) {
 			continue
 		}
@@ -187,23 +218,25 @@ func (b *Coalescer) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 		queued = i
 		break
 	}
-	for i, c := range calls[:queued] {
-		select {
-		case <-c.done:
-		case <-b.exited:
-			if err := b.answered(c); errors.Is(err, ErrClosed) {
-				gone[i] = err
+	// The calls never queued are never answered: the group stops
+	// waiting for them.
+	if n := len(calls) - queued; n > 0 && g.left.Add(-int32(n)) == 0 {
+		close(g.done)
+	}
+	select {
+	case <-g.done:
+	case <-b.exited:
+		for i, c := range calls[:queued] {
+			if !c.has() || errors.Is(c.Err, ErrClosed) {
+				gone[i] = ErrClosed
 			}
-		case <-ctx.Done():
-			// Like a lost reply, as in wait.
-			for j := i; j < queued; j++ {
-				select {
-				case <-calls[j].done:
-				default:
-					gone[j] = ctx.Err()
-				}
+		}
+	case <-ctx.Done():
+		// Like a lost reply, as in wait.
+		for i, c := range calls[:queued] {
+			if !c.has() {
+				gone[i] = ctx.Err()
 			}
-			return gone
 		}
 	}
 	return gone
@@ -250,12 +283,10 @@ func (b *Coalescer) wait(c *Call) error {
 // answered is a call's error once the loop has exited: its own if the
 // loop finished it, ErrClosed if it was queued too late to be.
 func (b *Coalescer) answered(c *Call) error {
-	select {
-	case <-c.done:
+	if c.has() {
 		return c.Err
-	default:
-		return ErrClosed
 	}
+	return ErrClosed
 }
 
 func (b *Coalescer) loop() {
@@ -441,7 +472,17 @@ func (c *Call) setReply(cmd *redis.Cmd) {
 }
 
 // finish wakes the caller waiting in wait or doMany.
-func (c *Call) finish() { close(c.done) }
+func (c *Call) finish() {
+	g := c.group
+	if g == nil {
+		close(c.done)
+		return
+	}
+	c.answered.Store(true)
+	if g.left.Add(-1) == 0 {
+		close(g.done)
+	}
+}
 
 func isNoScript(err error) bool {
 	return strings.HasPrefix(err.Error(), "NOSCRIPT")

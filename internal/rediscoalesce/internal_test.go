@@ -46,14 +46,14 @@ func (proto) RedisError()     {}
 // argument after its name, else a script's first key.
 func TestCallKey(t *testing.T) {
 	for _, tc := range []struct {
-		c    Call
+		c    *Call
 		want string
 	}{
-		{Call{Cmd: []any{"SET", "k1", "v"}}, "k1"},
-		{Call{Cmd: []any{"SET", []byte("k1"), "v"}}, ""},
-		{Call{Cmd: []any{"SET", ptr("k4"), "v"}}, "k4"},
-		{Call{Script: redis.NewScript("return 1"), Keys: []string{"k2", "k3"}}, "k2"},
-		{Call{Script: redis.NewScript("return 1")}, ""},
+		{&Call{Cmd: []any{"SET", "k1", "v"}}, "k1"},
+		{&Call{Cmd: []any{"SET", []byte("k1"), "v"}}, ""},
+		{&Call{Cmd: []any{"SET", ptr("k4"), "v"}}, "k4"},
+		{&Call{Script: redis.NewScript("return 1"), Keys: []string{"k2", "k3"}}, "k2"},
+		{&Call{Script: redis.NewScript("return 1")}, ""},
 	} {
 		if got := tc.c.key(); got != tc.want {
 			t.Errorf("key of %v/%v = %q, want %q", tc.c.Cmd, tc.c.Keys, got, tc.want)
