@@ -380,7 +380,7 @@ func (c *Client) do(parent context.Context, start time.Time, r Request) Result {
 		// hold the failed try's.
 		sent, body := &b.sent, &b.body
 		if try > 1 {
-			sent, body = new(sendTrace), new(reqBody)
+			sent, body = new(sendTrace), new(bytes.Reader)
 		}
 		body.Reset(r.Body)
 		req, err := c.newRequest(httptrace.WithClientTrace(ctx, sent.trace()), &r, body)
@@ -432,15 +432,8 @@ type reqBound struct {
 	stopped bool // Do is done: the timer must not be re-armed
 
 	sent sendTrace
-	body reqBody
+	body bytes.Reader
 }
-
-// reqBody is a request's body: io.NopCloser(bytes.NewReader(b)) in one
-// value that lives in the reqBound. Not a type net/http knows how to
-// rewind, so a request never gets a GetBody (see newRequest).
-type reqBody struct{ bytes.Reader }
-
-func (*reqBody) Close() error { return nil }
 
 // bound returns the request's context; its stop ends it.
 // The deadline is reached by cancelling with context.DeadlineExceeded as
@@ -513,13 +506,17 @@ func (b *reqBound) stop() {
 // wire (names are case-insensitive, and HTTP/2 sends them so), but not
 // the one net/http looks for. X-Idempotency-Key is the proxy's own and
 // never comes from the message (isOwned).
-func (c *Client) newRequest(ctx context.Context, r *Request, body *reqBody) (*http.Request, error) {
+func (c *Client) newRequest(ctx context.Context, r *Request, body *bytes.Reader) (*http.Request, error) {
 	req, err := c.post(ctx, r.Path)
 	if err != nil {
 		return nil, err
 	}
 	if len(r.Body) > 0 {
-		req.Body = body
+		// io.NopCloser of a *bytes.Reader, exactly: net/http writes a
+		// body it knows to be in memory behind the headers in one write,
+		// and flushes the headers first for any other (a second write
+		// and a second TCP segment per request; TestOneWritePerRequest).
+		req.Body = io.NopCloser(body)
 		req.ContentLength = int64(len(r.Body))
 	}
 	// Sized up front, to at most what setHeaders sets: the map would

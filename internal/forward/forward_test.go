@@ -107,6 +107,50 @@ func TestDoSendsBodyByteForByte(t *testing.T) {
 	}
 }
 
+// writeCounter counts a connection's writes.
+type writeCounter struct {
+	net.Conn
+	n *atomic.Int32
+}
+
+func (c writeCounter) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(b)
+}
+
+// A request goes out in one write, headers and body together: net/http
+// flushes the headers on their own before any body it does not know to
+// be in memory, which is a second write syscall, and a second TCP
+// segment for the app to read, on every message.
+func TestOneWritePerRequest(t *testing.T) {
+	srv, got := recordingApp(t)
+	c := newClient(t, Config{URL: srv.URL})
+	var writes atomic.Int32
+	dial := c.transport.DialContext
+	c.transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{conn, &writes}, nil
+	}
+	body := bytes.Repeat([]byte("x"), 256)
+	for i := range 3 {
+		writes.Store(0)
+		res := c.Do(context.Background(), Request{Path: "/orders", Body: body, IdempotencyKey: "k" + strconv.Itoa(i), Attempt: 1,
+			Meta: []Header{{Name: "X-Dedupe-Topic", Value: "orders"}, {Name: "X-Dedupe-Offset", Value: strconv.Itoa(i)}}})
+		if res.Outcome != Success {
+			t.Fatalf("request %d: %+v", i, res)
+		}
+		if r := next(t, got); !bytes.Equal(r.body, body) {
+			t.Fatalf("request %d: body of %d bytes, want %d", i, len(r.body), len(body))
+		}
+		if n := writes.Load(); n != 1 {
+			t.Errorf("request %d went out in %d writes, want 1", i, n)
+		}
+	}
+}
+
 func TestDoSetsHeaders(t *testing.T) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	tests := []struct {
