@@ -59,13 +59,13 @@
  *   T_AHEAD         pipeline.Pipeline.batchItem pipeline.work.useAhead claim.Session.UseAhead claim.Session.Ahead
  *   T_FORWARD       pipeline.work.forward webhook.Handler.forward forward.Client.Do
  *   T_HOLD          claim.Session.Hold claim.Protocol.hold
- *   T_RENEW         claim.hold.tick claim.Session.UseAhead seenset.Store.Renew
- *   T_RENEW_LOST    claim.hold.tick claim.Session.UseAhead pipeline.work.renewLost
+ *   T_RENEW         claim.Hold.tick claim.Session.UseAhead seenset.Store.Renew
+ *   T_RENEW_LOST    claim.Hold.tick claim.Session.UseAhead pipeline.work.LeaseLost claim.LostFunc.LeaseLost
  *   T_ANSWER        forward.Client.Do forward.Client.classify
  *   T_ABANDON       forward.Client.do forward.failure
  *   T_TIMEOUT       forward.Client.Do
  *   T_CONNBREAK     forward.Client.do
- *   T_HOLD_STOP     claim.Protocol.hold claim.hold.stop
+ *   T_HOLD_STOP     claim.Protocol.hold claim.Hold.Stop
  *   T_DECIDE        claim.Decide claim.Session.Forwarded pipeline.work.settle webhook.Handler.settle
  *   T_COMMIT        claim.Session.Succeeded claim.Protocol.commit seenset.Store.Commit claim.Batch.commit seenset.CommitMany
  *   T_ACK           pipeline.work.Committed pipeline.work.ack webhook.Handler.answer webhook.Handler.enqueue

@@ -299,7 +299,7 @@ func TestTransitionTableMatchesCode(t *testing.T) {
 		t.Error(p)
 	}
 	// The index must have found what the table is checked against.
-	for _, want := range []string{"claim.Session.Take", "claim.Decide", "claim.Keep", "claim.hold.tick", "seenset.Store.Commit", "webhook.Handler.settle"} {
+	for _, want := range []string{"claim.Session.Take", "claim.Decide", "claim.Keep", "claim.Hold.tick", "seenset.Store.Commit", "webhook.Handler.settle"} {
 		if !ix.names[want] {
 			t.Errorf("the code index lacks %s", want)
 		}
