@@ -75,34 +75,30 @@ type Call struct {
 	Absent bool
 	Err    error
 
-	ctx  context.Context
-	done chan struct{}
-	// group is set for a DoMany call, which has no done of its own: its
-	// answer is answered, and the group's done closes after the last.
+	ctx context.Context
+	// group is what the caller waits on: the call's own (one call), or
+	// a DoMany's, which closes its done after the last of its calls.
 	group    *callGroup
+	own      callGroup
 	answered atomic.Bool
 }
 
-// callGroup is the calls of one DoMany: one channel and one wait for
-// all of them, where a channel and a select each were most of what a
-// batch claim or commit cost per key in the calling process.
+// callGroup is calls waited on together: one channel and one wait for
+// all of a DoMany's, where a channel and a select each were most of what
+// a batch claim or commit cost per key in the calling process.
 type callGroup struct {
 	left atomic.Int32
 	done chan struct{}
 }
 
-// has reports whether c has its answer (its fields may be read).
-func (c *Call) has() bool {
-	if c.group != nil {
-		return c.answered.Load()
-	}
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
+// start readies c to be queued, waited on through g.
+func (c *Call) start(ctx context.Context, g *callGroup) {
+	c.ctx, c.group = ctx, g
+	c.answered.Store(false)
 }
+
+// has reports whether c has its answer (its fields may be read).
+func (c *Call) has() bool { return c.answered.Load() }
 
 // maxBatch bounds one pipeline; more waiting calls go in the next. The
 // queue holds a few pipelines' worth, so a burst of batch claims
@@ -134,8 +130,8 @@ func (b *Coalescer) Close() {
 // Do runs script on keys (all in one slot on a Cluster) and returns its
 // integer reply. The error is the driver's, untranslated.
 func (b *Coalescer) Do(ctx context.Context, s *redis.Script, keys []string, args ...any) (int64, error) {
-	c := &Call{ctx: ctx, Script: s, Keys: keys, Args: args, done: make(chan struct{})}
-	if err := b.wait(c); err != nil {
+	c := &Call{Script: s, Keys: keys, Args: args}
+	if err := b.wait(ctx, c); err != nil {
 		// c may still be running: its fields are not ours to read.
 		return 0, err
 	}
@@ -144,8 +140,8 @@ func (b *Coalescer) Do(ctx context.Context, s *redis.Script, keys []string, args
 
 // DoCmd runs one plain command whose reply is a string or nil.
 func (b *Coalescer) DoCmd(ctx context.Context, cmd ...any) (val string, absent bool, err error) {
-	c := &Call{ctx: ctx, Cmd: cmd, done: make(chan struct{})}
-	if err := b.wait(c); err != nil {
+	c := &Call{Cmd: cmd}
+	if err := b.wait(ctx, c); err != nil {
 		return "", false, err
 	}
 	return c.Val, c.Absent, nil
@@ -154,14 +150,13 @@ func (b *Coalescer) DoCmd(ctx context.Context, cmd ...any) (val string, absent b
 // Run runs c, a plain command or a script, and returns its error; its
 // reply is in c (N, Val, Absent).
 func (b *Coalescer) Run(ctx context.Context, c *Call) error {
-	c.ctx, c.done, c.group = ctx, make(chan struct{}), nil
-	return b.wait(c)
+	return b.wait(ctx, c)
 }
 
 // DoInt runs one plain command whose reply is an integer (XACK, LREM).
 func (b *Coalescer) DoInt(ctx context.Context, cmd ...any) (int64, error) {
-	c := &Call{ctx: ctx, Cmd: cmd, IntReply: true, done: make(chan struct{})}
-	if err := b.wait(c); err != nil {
+	c := &Call{Cmd: cmd, IntReply: true}
+	if err := b.wait(ctx, c); err != nil {
 		return 0, err
 	}
 	return c.N, nil
@@ -177,8 +172,8 @@ func (b *Coalescer) DoInt(ctx context.Context, cmd ...any) (int64, error) {
 // whether this one still was pending is not known. On a Cluster the
 // stream's one key keeps every merged XACK on one node.
 func (b *Coalescer) XAck(ctx context.Context, stream, group, id string) (int64, error) {
-	c := &Call{ctx: ctx, Cmd: []any{"XACK", stream, group, id}, IntReply: true, merge: true, done: make(chan struct{})}
-	if err := b.wait(c); err != nil {
+	c := &Call{Cmd: []any{"XACK", stream, group, id}, IntReply: true, merge: true}
+	if err := b.wait(ctx, c); err != nil {
 		return 0, err
 	}
 	return c.N, nil
@@ -199,8 +194,7 @@ func (b *Coalescer) DoMany(ctx context.Context, calls []*Call) (gone []error) {
 	g.left.Store(int32(len(calls)))
 	queued := len(calls)
 	for i, c := range calls {
-		c.ctx, c.done, c.group = ctx, nil, g
-		c.answered.Store(false)
+		c.start(ctx, g)
 		if b.enqueue(c) {
 			continue
 		}
@@ -257,8 +251,11 @@ func (b *Coalescer) enqueue(c *Call) bool {
 	}
 }
 
-func (b *Coalescer) wait(c *Call) error {
-	ctx := c.ctx
+// wait runs c alone, in a group of its own.
+func (b *Coalescer) wait(ctx context.Context, c *Call) error {
+	c.own.done = make(chan struct{})
+	c.own.left.Store(1)
+	c.start(ctx, &c.own)
 	if !b.enqueue(c) {
 		select {
 		case b.calls <- c:
@@ -269,7 +266,7 @@ func (b *Coalescer) wait(c *Call) error {
 		}
 	}
 	select {
-	case <-c.done:
+	case <-c.own.done:
 		return c.Err
 	case <-ctx.Done():
 		// Like a lost reply: the call may still run. Every transition is
@@ -473,13 +470,8 @@ func (c *Call) setReply(cmd *redis.Cmd) {
 
 // finish wakes the caller waiting in wait or doMany.
 func (c *Call) finish() {
-	g := c.group
-	if g == nil {
-		close(c.done)
-		return
-	}
 	c.answered.Store(true)
-	if g.left.Add(-1) == 0 {
+	if g := c.group; g.left.Add(-1) == 0 {
 		close(g.done)
 	}
 }
