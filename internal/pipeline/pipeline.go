@@ -582,9 +582,7 @@ func (w *work) info(last forward.Result, reason string, attempts int) broker.Dea
 }
 
 // metaHeaders are the metadata headers of the message's requests, built
-// for each attempt (a retry is rare; a field to keep them is not: it
-// would grow every message's work, a duplicate's too, by 224 bytes to
-// save a topic's message one allocation).
+// for each attempt (a retry is rare; a field to keep them is not).
 func (w *work) metaHeaders() []forward.Header {
 	m := w.d.Message()
 	if m.Topic == "" {
@@ -593,7 +591,7 @@ func (w *work) metaHeaders() []forward.Header {
 		if q == nil || q.source != m.Source || q.kind != m.Kind || q.queue != m.Queue {
 			q = &queueMeta{source: m.Source, kind: m.Kind, queue: m.Queue}
 			for i, redelivered := range []bool{false, true} {
-				q.h[i] = buildMeta(make([]forward.Header, 0, 4), m, redelivered)
+				q.h[i] = buildMeta(m, redelivered)
 			}
 			w.s.queueMeta.Store(q)
 		}
@@ -603,11 +601,11 @@ func (w *work) metaHeaders() []forward.Header {
 		}
 		return q.h[i]
 	}
-	return buildMeta(make([]forward.Header, 0, 8), m, m.Redelivered)
+	return buildMeta(m, m.Redelivered)
 }
 
-// buildMeta appends the message's metadata headers to h.
-func buildMeta(h []forward.Header, m *broker.Message, redelivered bool) []forward.Header {
+func buildMeta(m *broker.Message, redelivered bool) []forward.Header {
+	h := make([]forward.Header, 0, 8)
 	h = append(h, forward.Header{Name: "X-Dedupe-Source", Value: m.Source}, forward.Header{Name: "X-Dedupe-Broker", Value: m.Kind})
 	if m.Queue != "" {
 		h = append(h, forward.Header{Name: "X-Dedupe-Queue", Value: m.Queue})
