@@ -326,10 +326,23 @@ type jsonDoc struct {
 	null   bool
 	// invalid: the body is not JSON at all (notObj is set too).
 	invalid bool
+	// indexed: top holds the top-level members (validJSON found them
+	// while it checked the body), so a path's first step is a look
+	// among them, not a scan of the body.
+	indexed bool
+	top     topIndex
 }
 
 // parseDoc returns a value: a pointer escaped, one allocation per message.
-func parseDoc(body []byte) jsonDoc { return shapeDoc(body, validJSON(body)) }
+func parseDoc(body []byte) jsonDoc {
+	var top topIndex
+	valid := validJSON(body, &top)
+	d := shapeDoc(body, valid)
+	if !d.notObj && !d.null && !top.over && !top.open {
+		d.indexed, d.top = true, top
+	}
+	return d
+}
 
 // shapeDoc is parseDoc for a body already known to be JSON or not.
 func shapeDoc(body []byte, valid bool) jsonDoc {
@@ -353,11 +366,44 @@ func (d *jsonDoc) scalar(path []string) (string, string) {
 	if d.null {
 		return "", "absent"
 	}
-	raw, ok := lookup(d.body, path)
+	raw, ok := d.lookup(path)
 	if !ok {
 		return "", "absent"
 	}
 	return scalarValue(raw)
+}
+
+// lookup is lookup(d.body, path), its first step taken in the index
+// when there is one.
+func (d *jsonDoc) lookup(path []string) ([]byte, bool) {
+	if !d.indexed || len(path) == 0 {
+		return lookup(d.body, path)
+	}
+	b := d.body
+	for k := d.top.n - 1; k >= 0; k-- { // the last of duplicate keys wins
+		m := d.top.m[k]
+		end, esc := stringEnd(b, int(m.name))
+		if !nameIs(b[m.name:end], esc, path[0]) {
+			continue
+		}
+		if len(path) == 1 {
+			return b[m.value:m.end], true
+		}
+		return lookup(b[m.value:m.end], path[1:])
+	}
+	return nil, false
+}
+
+// nameIs reports whether the member name q (quoted; esc: it holds an
+// escape) decodes to seg.
+func nameIs(q []byte, esc bool, seg string) bool {
+	if !esc {
+		return string(q[1:len(q)-1]) == seg
+	}
+	// A name with a lone surrogate decodes to U+FFFD but is not the
+	// name U+FFFD: it matches nothing.
+	var k string
+	return !unpairedSurrogate(q) && json.Unmarshal(q, &k) == nil && k == seg
 }
 
 // lookup returns the raw value at path in a valid JSON document whose top
@@ -376,15 +422,7 @@ func lookup(b []byte, path []string) ([]byte, bool) {
 				break
 			}
 			keyEnd, esc := stringEnd(b, i)
-			match := false
-			if esc {
-				// A name with a lone surrogate decodes to U+FFFD
-				// but is not the name U+FFFD: it matches nothing.
-				var k string
-				match = !unpairedSurrogate(b[i:keyEnd]) && json.Unmarshal(b[i:keyEnd], &k) == nil && k == seg
-			} else {
-				match = string(b[i+1:keyEnd-1]) == seg
-			}
+			match := nameIs(b[i:keyEnd], esc, seg)
 			i = skipWS(b, keyEnd) + 1 // the colon
 			i = skipWS(b, i)
 			end := valueEnd(b, i)

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -24,7 +25,7 @@ func FuzzValidJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := validJSON(b), json.Valid(b); got != want {
+		if got, want := validJSON(b, nil), json.Valid(b); got != want {
 			t.Fatalf("validJSON(%q) = %v, json.Valid = %v", b, got, want)
 		}
 	})
@@ -39,7 +40,7 @@ func TestValidJSONDepth(t *testing.T) {
 				closeWith = "}"
 			}
 			b := []byte(strings.Repeat(open, depth) + "1" + strings.Repeat(closeWith, depth))
-			if got, want := validJSON(b), json.Valid(b); got != want || want != (depth <= maxDepth) {
+			if got, want := validJSON(b, nil), json.Valid(b); got != want || want != (depth <= maxDepth) {
 				t.Errorf("depth %d of %q: validJSON %v, json.Valid %v", depth, open, got, want)
 			}
 		}
@@ -51,7 +52,7 @@ func BenchmarkValidJSON(b *testing.B) {
 		strings.Repeat("x", 150) + `"}}`)
 	b.Run("validJSON", func(b *testing.B) {
 		for b.Loop() {
-			if !validJSON(body) {
+			if !validJSON(body, nil) {
 				b.Fatal("invalid")
 			}
 		}
@@ -100,4 +101,61 @@ func TestPlainRunFindsTheFirstSpecialByte(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The index validJSON records must give every path the value the plain
+// scan finds: duplicates (the last wins), escaped names, more members
+// than the index holds, and values of every kind, nested or not.
+func TestIndexedLookupMatchesScan(t *testing.T) {
+	many := "{"
+	for i := range maxTop + 3 {
+		many += fmt.Sprintf(`"k%d":%d,`, i, i)
+	}
+	many += `"meta":{"id":"last"}}`
+	docs := []string{
+		`{"ts":1,"meta":{"id":"a"},"data":"xxxx"}`,
+		`{"meta":{"id":"first"},"meta":{"id":"second"}}`,
+		` { "meta" : { "id" : 7 } , "x" : [1,{"meta":2}] } `,
+		`{"m\u0065ta":{"id":"escaped"},"a":{}}`,
+		`{"a":[],"b":{},"meta":{"id":[1]},"c":null,"d":true,"e":-1.5e3}`,
+		`{}`,
+		many,
+	}
+	paths := [][]string{{"meta", "id"}, {"meta"}, {"x"}, {"a"}, {"e"}, {"k3"}, {"k14"}, {"nope"}}
+	for _, s := range docs {
+		d := parseDoc([]byte(s))
+		if d.notObj {
+			t.Fatalf("%s: not taken for an object", s)
+		}
+		if wantIndexed := s != many; d.indexed != wantIndexed {
+			t.Errorf("%s: indexed %v, want %v", s, d.indexed, wantIndexed)
+		}
+		for _, p := range paths {
+			got, gotOK := d.lookup(p)
+			want, wantOK := lookup([]byte(s), p)
+			if gotOK != wantOK || string(got) != string(want) {
+				t.Errorf("%s at %v: indexed %q %v, scan %q %v", s, p, got, gotOK, want, wantOK)
+			}
+		}
+	}
+}
+
+func FuzzIndexedLookupMatchesScan(f *testing.F) {
+	for _, s := range validSeeds {
+		f.Add([]byte(s), "meta", "id")
+	}
+	f.Add([]byte(`{"a":{"b":1},"a":{"b":2}}`), "a", "b")
+	f.Fuzz(func(t *testing.T, b []byte, first, second string) {
+		d := parseDoc(b)
+		if d.notObj || d.null {
+			return
+		}
+		for _, p := range [][]string{{first}, {first, second}} {
+			got, gotOK := d.lookup(p)
+			want, wantOK := lookup(b, p)
+			if gotOK != wantOK || string(got) != string(want) {
+				t.Fatalf("%q at %q: indexed %q %v, scan %q %v", b, p, got, gotOK, want, wantOK)
+			}
+		}
+	})
 }
