@@ -129,6 +129,7 @@ type options struct {
 	// on one drain under valgrind.
 	instrSizes   [2]int
 	instrTimeout time.Duration
+	instrRuns    int
 }
 
 // runs says whether -only asks for part: every part when -only is
@@ -182,6 +183,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.slowTimeout, "slow-timeout", 5*time.Minute, "slow-app section: give up on one drain after this long")
 	instrN := fs.String("instr-n", "1000,3000", "-only instructions: the two backlog sizes drained under callgrind; per message = the difference of the counts / the difference of the sizes")
 	fs.DurationVar(&o.instrTimeout, "instr-timeout", 10*time.Minute, "-only instructions: give up on one drain under valgrind after this long")
+	fs.IntVar(&o.instrRuns, "instr-runs", 2, "-only instructions: drains of each size per row; the lowest count is kept")
 	fs.IntVar(&o.whN, "webhook-n", 10000, "webhook rows: requests in the burst")
 	fs.IntVar(&o.whSenders, "webhook-senders", 32, "webhook rows: concurrent senders in the burst")
 	fs.IntVar(&o.whRate, "webhook-rate", 0, "webhook rows: the fixed rate after the burst, req/s (0: half the bare handler's req/s)")
@@ -218,6 +220,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, err := fmt.Sscanf(*instrN, "%d,%d", &o.instrSizes[0], &o.instrSizes[1]); err != nil || o.instrSizes[0] < 1 || o.instrSizes[1] <= o.instrSizes[0] {
 		fmt.Fprintf(stderr, "bench: -instr-n %q: want two sizes, the smaller first, e.g. 1000,3000\n", *instrN)
+		return 2
+	}
+	if o.instrRuns < 1 {
+		fmt.Fprintf(stderr, "bench: -instr-runs %d: want at least 1\n", o.instrRuns)
 		return 2
 	}
 	o.n -= o.n % 2 // (d) is exactly half duplicates
