@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -297,6 +298,15 @@ func (b *Coalescer) loop() {
 		case <-b.stop:
 			b.drain()
 			return
+		}
+		if len(b.calls) == 0 {
+			// Woken from idle by one call: the goroutines that became
+			// runnable with its caller (a list reservation's workers, a
+			// RabbitMQ prefetch's deliveries) are about to queue theirs.
+			// One yield lets them, so they share this round trip rather
+			// than each waiting for the next; it costs no timer, and
+			// nothing when nobody else is runnable.
+			runtime.Gosched()
 		}
 	fill:
 		for len(batch) < maxBatch {
