@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,6 +207,38 @@ func TestCallsQueuedBehindAPipelineShareTheNext(t *testing.T) {
 	}
 	if v, err := f.c.Get(ctx, f.key("n")).Int(); err != nil || v != n {
 		t.Fatalf("counter = %d %v, want %d", v, err, n)
+	}
+}
+
+// Calls made by goroutines that became runnable together, while the
+// loop was idle, share one round trip: the first wakes the loop, which
+// lets the others queue before it sends. One P makes the interleaving
+// the same in every run: without the loop's yield it sent the first
+// call alone ([1 7]).
+func TestCallsWokenTogetherShareARoundTrip(t *testing.T) {
+	f := newFixture(t, testutil.RedisAddr(), 0, 0)
+	ctx := context.Background()
+	if _, err := f.b.DoInt(ctx, "INCR", f.key("warm")); err != nil {
+		t.Fatal(err) // dials the connection: the round trips below are the calls alone
+	}
+	f.w.sent() // forgets what was sent so far
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const n = 8
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-gate
+			if _, err := f.b.DoInt(ctx, "INCR", f.key("n")); err != nil {
+				t.Errorf("INCR: %v", err)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // every goroutine waits at the gate
+	close(gate)
+	wg.Wait()
+	if got := f.w.sent(); fmt.Sprint(got) != fmt.Sprint([]int{n}) {
+		t.Fatalf("sent %v, want one pipeline of %d", got, n)
 	}
 }
 
