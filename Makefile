@@ -106,7 +106,7 @@ chart-check: ## Helm chart: lint, render, strict decode into the Kubernetes type
 .PHONY: bench
 # Extra flags for tools/bench, e.g. BENCH_FLAGS='-n 100000 -profile bin/profiles'.
 BENCH_FLAGS ?=
-bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on RabbitMQ, kfake and Redis (list and stream), webhook rows, Kafka slow app, Kafka failover, then instructions per message under callgrind (~10-12 min)
+bench: build ## Benchmark: bare consumer, bare forwarder and the proxy on RabbitMQ, kfake and Redis (list and stream), webhook rows, Kafka slow app, Kafka failover, then instructions per message under callgrind (~12-15 min)
 	go build -o bin/bench ./tools/bench
 	bin/bench -proxy $(BIN) $(BENCH_FLAGS)
 
