@@ -33,8 +33,9 @@ import (
 // noise in a Go process's count is only ever added work: the background
 // sweeper yielding to the scheduler after each span while no P is idle
 // (one bare Kafka drain of 3,000 counted 203,000 such yields, a third of
-// its instructions, where the drain before it counted 200) and spinning
-// on runtime locks, both of which depend on how the threads interleave.
+// its instructions, where another of the same size counted 2,500) and
+// spinning on runtime locks, both of which depend on how the threads
+// interleave.
 
 // instrRow is one consumer's count.
 type instrRow struct {
