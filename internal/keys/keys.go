@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"text/template/parse"
 	"unicode"
@@ -336,11 +335,6 @@ type jsonDoc struct {
 
 // parseDoc returns a value: a pointer escaped, one allocation per message.
 func parseDoc(body []byte) jsonDoc {
-	if len(body) > math.MaxInt32 {
-		// The index keeps offsets in 32 bits. No broker delivers such a
-		// body, but the scan is right for any size.
-		return shapeDoc(body, validJSON(body, nil))
-	}
 	var top topIndex
 	valid := validJSON(body, &top)
 	d := shapeDoc(body, valid)

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 )
 
@@ -111,7 +112,9 @@ func validJSON(b []byte, top *topIndex) bool {
 }
 
 // topIndex is where the members of a top-level object are, in order:
-// the first maxTop of them; over says there were more.
+// the first maxTop of them; over says there were more, or that one lies
+// past what its 32-bit offsets hold (no broker delivers a body of 2 GiB,
+// but the scan is right for any size).
 type topIndex struct {
 	n    int
 	over bool
@@ -127,7 +130,7 @@ const maxTop = 12
 type topMember struct{ name, value, end int32 }
 
 func (t *topIndex) begin(name, value int) {
-	if t.n == maxTop {
+	if t.n == maxTop || value > math.MaxInt32 {
 		t.over = true
 		return
 	}
@@ -137,6 +140,9 @@ func (t *topIndex) begin(name, value int) {
 
 func (t *topIndex) end(i int) {
 	if t.open {
+		if i > math.MaxInt32 {
+			t.over = true
+		}
 		t.m[t.n].end = int32(i)
 		t.n++
 		t.open = false
