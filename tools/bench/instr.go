@@ -202,7 +202,7 @@ func printInstructions(w io.Writer, sections []*instrSection) {
 	const head = "%-42s %14s %14s %14s %12s\n"
 	fmt.Fprintf(w, head, "", "instructions", "drain of", "drain of", "vs (b)")
 	fmt.Fprintf(w, head, "", "per message", fmt.Sprintf("%d msgs", sections[0].sizes[0]), fmt.Sprintf("%d msgs", sections[0].sizes[1]), "")
-	noisy := ""
+	var noisy []string
 	for _, s := range sections {
 		fmt.Fprintln(w, s.broker)
 		if s.missing != "" {
@@ -218,7 +218,7 @@ func printInstructions(w io.Writer, sections []*instrSection) {
 			}
 			for i, sp := range r.spread {
 				if sp > 0.02 {
-					noisy += fmt.Sprintf("%s%s (%s) %d msgs +%.0f%%", sep(noisy), s.broker, r.kind.letter(), s.sizes[i], 100*sp)
+					noisy = append(noisy, fmt.Sprintf("%s (%s) %d msgs +%.0f%%", s.broker, r.kind.letter(), s.sizes[i], 100*sp))
 				}
 			}
 			ratio := ""
@@ -232,8 +232,8 @@ func printInstructions(w io.Writer, sections []*instrSection) {
 	fmt.Fprintln(w, "  per message: (total of the larger drain − total of the smaller) / the difference in messages,")
 	fmt.Fprintln(w, "  so start-up, the group join and shutdown cancel out; each drain is the lowest of its runs, as")
 	fmt.Fprintln(w, "  the noise only adds work (the GC's sweeper yielding, lock spinning: how the threads interleave).")
-	if noisy != "" {
-		fmt.Fprintln(w, "  runs of one drain that differed by more than 2%: "+noisy)
+	if len(noisy) > 0 {
+		fmt.Fprintln(w, "  runs of one drain that differed by more than 2%: "+strings.Join(noisy, "; "))
 	}
 	fmt.Fprintln(w, "  vs (b): the ratio to the bare forwarder and the instructions the proxy adds per message.")
 }
@@ -260,11 +260,4 @@ func (b *bench) brokersNamed(name string) ([]broker, string) {
 		return []broker{b.redisList, b.redisStream}, ""
 	}
 	return nil, fmt.Sprintf("not measured: unknown broker %q", name)
-}
-
-func sep(s string) string {
-	if s == "" {
-		return ""
-	}
-	return "; "
 }
