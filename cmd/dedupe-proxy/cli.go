@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -47,6 +48,11 @@ func execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "(every command: dedupe-proxy help)\n")
 		return 2
 	}
+	// go-redis logs each failed dial on its own, as unformatted lines: a
+	// command (keys, redrive, doctor) already says Redis is unreachable,
+	// in one line that names the setting, and run's daemon installs its
+	// own logger over this one.
+	logging.Disable()
 	root.SetArgs(append([]string{}, args...))
 	cmd, err := root.ExecuteC()
 	var code exitCode

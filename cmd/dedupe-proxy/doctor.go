@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/doctor"
 )
@@ -16,9 +14,6 @@ import (
 func runDoctor(cfg *config.Config, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	// go-redis logs each failed dial on its own; doctor's report already
-	// says Redis is unreachable, in one line that names the setting.
-	redis.SetLogger(quietRedis{})
 	var r doctor.Report
 	for _, w := range cfg.Warnings() {
 		r = append(r, doctor.Result{Level: doctor.Warn, Check: "config " + w.Path, Finding: w.Msg})
@@ -30,8 +25,3 @@ func runDoctor(cfg *config.Config, stdout io.Writer) error {
 	}
 	return nil
 }
-
-// quietRedis drops go-redis' own log lines.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
@@ -156,5 +158,53 @@ sources:
 	}
 	if !strings.Contains(out.String(), "warning: sources[0].max_redelivery_delay: ") {
 		t.Fatalf("no warning in %q", out.String())
+	}
+}
+
+// With Redis unreachable, the keys commands say so in their own one line
+// that names the address; go-redis' own lines for each failed dial, which
+// it writes to the process's stderr, are not printed besides.
+func TestKeysRedisDownSaysItOnce(t *testing.T) {
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	cfg := `consumer: cli-test
+seenset:
+  redis:
+    addrs: ["127.0.0.1:1"]
+sources:
+  - name: orders
+    rabbitmq:
+      queue: orders
+`
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// go-redis' default logger writes to os.Stderr as it is when the
+	// logger is made: catch it in a pipe, with the default logger on.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	t.Cleanup(func() { os.Stderr = stderr })
+	logging.Enable()
+	caught := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		caught <- string(b)
+	}()
+	for _, args := range [][]string{
+		{"keys", "status", "order-7", "--config", cfgPath},
+		{"keys", "list", "--config", cfgPath},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "127.0.0.1:1") {
+			t.Errorf("%v = %d, stdout %q, stderr %q; want exit 1 and the address", args, code, out.String(), errOut.String())
+		}
+	}
+	os.Stderr = stderr
+	w.Close()
+	if got := <-caught; got != "" {
+		t.Errorf("go-redis printed its own lines besides the command's:\n%s", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -106,15 +107,11 @@ func probeTCP(addr string) error {
 	return conn.Close()
 }
 
-// quietRedis drops go-redis's own log lines: a refused probe is reported
-// in the demo's one line, and its pool's dial errors would only repeat it.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
-
 // probeRedis says whether a Redis answers PING at addr.
 func probeRedis(addr string) error {
-	redis.SetLogger(quietRedis{})
+	// A refused probe is reported in the demo's one line; go-redis' own
+	// lines for its pool's dials would only repeat it.
+	logging.Disable()
 	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: probeTimeout, ReadTimeout: probeTimeout, MaxRetries: -1})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
