@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 )
 
 func TestExampleConfigIsValid(t *testing.T) {
@@ -306,5 +308,45 @@ func TestMissingFile(t *testing.T) {
 	_, err := Load("testdata/does-not-exist.yaml", []string{})
 	if err == nil || !strings.Contains(err.Error(), "does-not-exist.yaml") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// validate (and doctor) refuse exactly the app.url values the forwarder
+// would refuse when run starts, and the error names app.url: a config
+// that validates must not fail at start on its URL.
+func TestAppURLValidatedAsRunTakesIt(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want string // "" when valid, else a part of the error
+	}{
+		{"http://127.0.0.1:8080", ""},
+		{"https://app.internal/base/", ""},
+		{"http://[::1]:8080/x", ""},
+		{"", "must be set"},
+		{"localhost:8080", "has no scheme"},
+		{"ftp://app", `scheme "ftp"`},
+		{"http://", "has no host"},
+		{"http://127.0.0.1:8080/base?x=1", "must not have a query"},
+		{"http://127.0.0.1:8080/base?", "must not have a query"},
+		{"http://127.0.0.1:8080/base#top", "must not have a fragment"},
+		{"http://127.0.0.1:99999", "port 99999"},
+		{"http://127.0.0.1:0/", "port 0"},
+	} {
+		c := Default()
+		c.Consumer = "c"
+		s := DefaultSource()
+		s.Name, s.RabbitMQ.Queue = "orders", "orders"
+		c.Sources = []Source{s}
+		c.App.URL = tc.url
+		err := c.Validate()
+		_, runErr := forward.New(forward.Config{URL: tc.url})
+		switch {
+		case tc.want == "" && (err != nil || runErr != nil):
+			t.Errorf("%q: validate %v, forward.New %v; want both to accept it", tc.url, err, runErr)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), "app.url: ") || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: validate %v; want an app.url error with %q", tc.url, err, tc.want)
+		case tc.want != "" && runErr == nil:
+			t.Errorf("%q: validate refuses it but forward.New takes it", tc.url)
+		}
 	}
 }

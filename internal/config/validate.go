@@ -42,11 +42,13 @@ func (c *Config) Validate() error {
 		p.Add("admin.token_file", "set either admin.token or admin.token_file, not both")
 	}
 
-	if !strings.Contains(c.App.URL, "://") && c.App.URL != "" {
+	if c.App.URL == "" {
+		p.Add("app.url", "must be set to the app's base URL, such as http://127.0.0.1:8080")
+	} else if !strings.Contains(c.App.URL, "://") {
 		// "localhost:8080" parses as scheme "localhost": say what is missing.
 		p.Add("app.url", "has no scheme: write http://%s (or https://)", redactAddr(c.App.URL))
-	} else if u, err := url.Parse(c.App.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.Add("app.url", "must be an http:// or https:// URL, got %q", redact(c.App.URL))
+	} else if _, err := forward.ParseBaseURL(c.App.URL); err != nil {
+		p.Add("app.url", "%v, got %q", err, redact(c.App.URL))
 	}
 	p.Positive("app.timeout", c.App.Timeout)
 	p.Positive("app.max_request_time", c.App.MaxRequestTime)

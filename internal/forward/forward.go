@@ -198,7 +198,7 @@ func New(c Config) (*Client, error) {
 	var errs []error
 	bad := func(field string, err error) { errs = append(errs, fmt.Errorf("forward: %s: %w", field, err)) }
 
-	base, err := parseBaseURL(c.URL)
+	base, err := ParseBaseURL(c.URL)
 	if err != nil {
 		bad("URL", err)
 	}
@@ -308,9 +308,10 @@ func orDefault[T comparable](v, def T) T {
 	return v
 }
 
-// parseBaseURL returns errors that never quote the URL: it may hold
-// credentials.
-func parseBaseURL(raw string) (*url.URL, error) {
+// ParseBaseURL checks the app's base URL (app.url) as New takes it, so
+// that config validation refuses what New would; its errors never quote
+// the URL, which may hold credentials.
+func ParseBaseURL(raw string) (*url.URL, error) {
 	if raw == "" {
 		return nil, errors.New("is empty")
 	}
@@ -328,9 +329,16 @@ func parseBaseURL(raw string) (*url.URL, error) {
 	case u.Host == "":
 		return nil, errors.New("has no host")
 	case u.RawQuery != "" || u.ForceQuery:
-		return nil, errors.New("must not have a query: Request.Path is appended to it")
+		return nil, errors.New("must not have a query: each message's path is appended to it")
 	case u.Fragment != "":
-		return nil, errors.New("must not have a fragment")
+		return nil, errors.New("must not have a fragment: each message's path is appended to it")
+	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits for a port; the dial would fail
+		// with every message.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port %s: must be 1-65535", p)
+		}
 	}
 	return u, nil
 }
