@@ -252,6 +252,65 @@ func TestNoDeadLetterRequeues(t *testing.T) {
 	}
 }
 
+// A message that fails for good with no dead letter goes back to the
+// queue and comes straight back; each delivery counts its attempts
+// afresh, so the wait before giving it back grows with the times it came
+// back, not with the attempt: the app is not sent the same message at
+// backoff_initial for as long as it fails.
+func TestNoDeadLetterBounceWaitGrows(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Delivery.BackoffInitial = 50 * time.Millisecond
+		c.Delivery.BackoffMax = 800 * time.Millisecond
+		c.Delivery.Jitter = 0
+	})
+	var mu sync.Mutex
+	var at []time.Time
+	var attempts []string
+	failing := true
+	h.app.SetRespond(func(r *testutil.Request, _ int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if !failing {
+			return http.StatusOK
+		}
+		at = append(at, time.Now())
+		attempts = append(attempts, r.Attempt)
+		return http.StatusUnprocessableEntity
+	})
+	p := h.start()
+	publishJSON(h, envelope("bounce-1", ""))
+	const sends = 7
+	testutil.Eventually(t, 20*time.Second, "sent 7 times", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at) >= sends
+	})
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	testutil.Eventually(t, 10*time.Second, "forwarded once the app takes it", func() bool { return p.result(t, "forwarded") == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	// Only lower bounds: a loaded machine makes the gaps longer, never
+	// shorter. Before the count, every gap was backoff_initial and the
+	// redelivery, 50 ms and a few.
+	wait := 50 * time.Millisecond
+	for k := 1; k < sends; k++ {
+		if gap := at[k].Sub(at[k-1]); gap < wait*9/10 {
+			t.Errorf("gap before send %d = %s, want at least %s (the wait after %d bounces)", k+1, gap, wait, k)
+		}
+		wait = min(2*wait, 800*time.Millisecond)
+	}
+	for i, a := range attempts {
+		if a != "1" {
+			t.Errorf("send %d: X-Dedupe-Attempt %q, want 1: each delivery counts its own attempts", i+1, a)
+		}
+	}
+	if p.result(t, "dead_lettered") != 0 {
+		t.Fatal("dead-lettered without a dead letter")
+	}
+}
+
 // App unreachable for 5 s: nothing acked, nothing lost; all delivered once
 // it is up.
 func TestAppDownThenUp(t *testing.T) {

@@ -310,6 +310,8 @@ type source struct {
 	noKey *statelog.Limiter
 	// room holds the source's messages waiting for a busy key.
 	room waitingRoom
+	// bounced counts the messages given back after giving up on them.
+	bounced bounces
 	// queueMeta are the metadata headers of the last queue seen (a
 	// RabbitMQ source has one), by Redelivered: the same for every
 	// message of that queue, so built once and shared read-only.
@@ -361,6 +363,7 @@ func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 	switch {
 	case err == nil:
 		w.settled = true
+		w.s.bounced.end(w.c.Key())
 		w.result(metrics.DeadLettered)
 		p.log.Warn("dead-lettered", w.attrs(slog.String("reason", info.Reason), slog.Int("attempt", info.Attempts))...)
 	case !errors.Is(err, broker.ErrNoDeadLetter):
@@ -468,6 +471,7 @@ func (w *work) ack(result string) {
 	// waiting on the network (RabbitMQ's acks are coalesced and written
 	// by the channel, Kafka's only mark the offset).
 	w.settled = true
+	w.s.bounced.end(w.c.Key())
 	if err := w.d.Ack(context.Background()); err != nil {
 		w.event(metrics.EventSettleFailed)
 		w.s.p.log.Log(context.Background(), w.settleErrLevel(), "ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)

@@ -382,7 +382,13 @@ func (w *work) giveUp(info broker.DeadLetterInfo, canRetry bool) next {
 		return settled
 	}
 	noDestination := errors.Is(err, broker.ErrNoDeadLetter)
-	if !w.Wait(p.backoff(max(w.attempt, 1), 0)) {
+	n := max(w.attempt, 1)
+	if w.s.Requeues {
+		// Given back below, and handed straight back by the broker:
+		// the wait grows with the times it came back (bounces).
+		n = max(n, w.s.bounced.add(w.c.Key()))
+	}
+	if !w.Wait(p.backoff(n, 0)) {
 		w.requeue("stopped")
 		return settled
 	}
