@@ -120,7 +120,8 @@ func initConfig(kind, consumer, name, appURL string) string {
 # then make this the first line:
 #   # yaml-language-server: $schema=dedupe-proxy.schema.json
 
-# Namespaces every stored key: "<consumer>:<key space>:<key>".
+# Namespaces every stored key: "<prefix><consumer>:<key space>:<key>"
+# (prefix: seenset.redis.prefix, default "dedupe:").
 consumer: %s
 
 app:

@@ -21,8 +21,9 @@ import (
 // Config is the whole file.
 type Config struct {
 	// Consumer names this consumer; every stored key is
-	// "<consumer>:<key space>:<key>" so several consumers can share one
-	// Redis without seeing each other's keys.
+	// "<prefix><consumer>:<key space>:<key>" (prefix: seenset.redis.prefix)
+	// so several consumers can share one Redis without seeing each other's
+	// keys.
 	Consumer        string        `mapstructure:"consumer"`
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 	// HeapFloor is the Go heap size below which no collection starts
@@ -130,8 +131,9 @@ type Source struct {
 	// KeyReuseFields are the JSON paths (key rules' syntax) the body
 	// digest covers; empty: the whole body.
 	KeyReuseFields []string `mapstructure:"key_reuse_fields"`
-	// KeySpace scopes this source's stored keys: "<consumer>:<key_space>:<key>"
-	// ("<consumer>:webhook/<key_space>:<key>" for a webhook source).
+	// KeySpace scopes this source's stored keys:
+	// "<prefix><consumer>:<key_space>:<key>"
+	// ("<prefix><consumer>:webhook/<key_space>:<key>" for a webhook source).
 	// Empty means the source's own name, so the same id on two sources of
 	// one consumer (two jobs) is two keys. Sources that must share one key
 	// space (one stream consumed from two queues) set the same value; a
@@ -312,7 +314,7 @@ func (s Source) KeySpaceName() string {
 }
 
 // StoredKeySpace is the key-space segment of the source's stored keys,
-// "<consumer>:<segment>:<key>": its key space, or for a webhook source
+// "<prefix><consumer>:<segment>:<key>": its key space, or for a webhook source
 // "webhook/<key space>", which no broker source's key space can spell.
 func (s Source) StoredKeySpace() string {
 	if s.Type == "webhook" {

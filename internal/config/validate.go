@@ -16,7 +16,7 @@ import (
 	"github.com/dedupe-proxy/dedupe-proxy/internal/problems"
 )
 
-// A consumer name becomes the key namespace "<consumer>:<key>"; a colon in
+// A consumer name becomes the key namespace "<consumer>:<key space>:"; a colon in
 // it would let two consumers' namespaces overlap.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
