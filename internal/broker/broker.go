@@ -27,6 +27,11 @@ type Message struct {
 	// something read it (a key rule on the body does), so the body is
 	// checked once for the key and for the app's Content-Type.
 	BodyJSON JSONCheck
+	// Unforwardable says why the message cannot be forwarded as it came
+	// (a Redis stream entry without its body field: its data is in
+	// fields the app would not see); "" for a message that can. The
+	// pipeline gives up on it at once: dead-lettered, or given back.
+	Unforwardable string
 
 	// Source is the configured source name; Kind is "rabbitmq", "kafka"
 	// or "redis".

@@ -419,6 +419,49 @@ func TestRedisStreamBadInput(t *testing.T) {
 	})
 }
 
+// Mode stream, an entry without the body field: its data is in fields
+// the app would not see, so it is never forwarded (an empty POST that the
+// app answers 2xx would mark its key done); it is dead-lettered with its
+// fields and the reason, or, without a dead letter, stays pending.
+func TestRedisStreamEntryWithoutBodyField(t *testing.T) {
+	entry := map[string]any{"payload": string(envelope("nobody-1", "")), "bq-message-id": "nobody-1"}
+	h := newRedisStreamHarness(t, nil)
+	p := h.start()
+	if err := h.rq.XAdd(context.Background(), &redis.XAddArgs{Stream: h.queue, Values: entry}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.xadd("ok-1", envelope("ok-1", "")) // the entries around it go on
+	testutil.Eventually(t, 10*time.Second, "settled", func() bool { return p.settled(t) == 2 })
+	if rs := h.app.Requests(); len(rs) != 1 || rs[0].Key != "ok-1" {
+		t.Fatalf("app got %d requests, want only ok-1's", len(rs))
+	}
+	dl := h.rq.XRange(context.Background(), h.dead, "-", "+").Val()
+	if len(dl) != 1 || dl[0].Values["payload"] != entry["payload"] ||
+		dl[0].Values[broker.HeaderReason] != `unforwardable: no "body" field (body_field)` {
+		t.Fatalf("dead-letter stream = %v, want the entry with its fields and reason", dl)
+	}
+	if got := p.event(t, "unforwardable"); got != 1 {
+		t.Fatalf("unforwardable events = %v, want 1", got)
+	}
+
+	// No dead letter: given back, never forwarded, never acked.
+	h2 := newRedisStreamHarness(t, func(c *config.Config) {
+		c.Sources[0].Redis.DeadLetter = ""
+		c.Delivery.BackoffInitial = 50 * time.Millisecond
+	})
+	p2 := h2.start()
+	if err := h2.rq.XAdd(context.Background(), &redis.XAddArgs{Stream: h2.queue, Values: entry}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "given back", func() bool { return p2.result(t, "requeued") >= 1 })
+	if n := h2.app.Count(); n != 0 {
+		t.Fatalf("app got %d requests for an entry without its body field", n)
+	}
+	if c := h2.rq.XPending(context.Background(), h2.queue, h2.cfg.Consumer).Val().Count; c != 1 {
+		t.Fatalf("%d entries pending, want the one given back", c)
+	}
+}
+
 // A replica that died holding messages (registered, its heartbeat gone):
 // the proxy gives them back and forwards them, and the metrics say so.
 func TestRedisDeadReplicaReclaimedMetrics(t *testing.T) {

@@ -30,6 +30,7 @@ const (
 	EventLeaseLost      = "lease_lost"       // the lease expired during the forward and another owner took it
 	EventSettleFailed   = "settle_failed"    // ack/nack failed (connection lost; the broker redelivers)
 	EventBodyTooLarge   = "body_too_large"   // larger than delivery.max_body_bytes
+	EventUnforwardable  = "unforwardable"    // cannot be forwarded as it came (a stream entry without its body field)
 	EventDeadLetterFail = "dead_letter_fail" // the dead-letter publish failed; requeued or retried instead
 	EventFailed         = "failed"           // given up on: permanent answer, retries exhausted or body too large
 	EventAppWait        = "app_wait"         // held before its claim because app.health_url said the app was down
@@ -42,7 +43,7 @@ const (
 var (
 	results = []string{Forwarded, Duplicate, DeadLettered, Requeued}
 	events  = []string{EventNoKey, EventBusy, EventRetry, EventStoreError, EventStoreFailOpen, EventCommitFailed,
-		EventLeaseLost, EventSettleFailed, EventBodyTooLarge, EventDeadLetterFail, EventFailed, EventAppWait,
+		EventLeaseLost, EventSettleFailed, EventBodyTooLarge, EventUnforwardable, EventDeadLetterFail, EventFailed, EventAppWait,
 		EventPanic, EventStoreKeyError, EventSlow, EventAbandoned}
 	classes  = []string{"2xx", "3xx", "4xx", "5xx", "error"}
 	storeOps = []string{"claim", "renew", "commit", "release", "forget", "status", "ping"}

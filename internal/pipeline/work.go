@@ -70,6 +70,7 @@ type problem int
 const (
 	fine problem = iota
 	tooLarge
+	unforwardable
 	noKey
 )
 
@@ -79,6 +80,14 @@ func (w *work) identify() (_ problem, why string) {
 	p, m := w.s.p, w.d.Message()
 	if max := p.o.MaxBodyBytes; max > 0 && int64(len(m.Body)) > max {
 		return tooLarge, ""
+	}
+	if m.Unforwardable != "" {
+		// Never forwarded, so never claimed; the key, when it has one,
+		// only counts the times it is given back (bounces).
+		if key, _ := w.s.Keys.Key(m); key != "" && !w.c.Begun() {
+			w.c = p.claims.Begin(w.s.prefix+key, seenset.Digest{})
+		}
+		return unforwardable, m.Unforwardable
 	}
 	if !w.c.Begun() {
 		var key string
@@ -138,6 +147,11 @@ func (w *work) run() (handedOff bool) {
 		w.event(metrics.EventBodyTooLarge)
 		w.fail(forward.Result{}, "body too large", slog.Int("bytes", n), slog.Int64("max", p.o.MaxBodyBytes))
 		w.giveUp(broker.DeadLetterInfo{Reason: "body too large"}, false)
+		return
+	case unforwardable:
+		w.event(metrics.EventUnforwardable)
+		w.fail(forward.Result{}, "cannot be forwarded: "+why)
+		w.giveUp(broker.DeadLetterInfo{Reason: "unforwardable: " + why}, false)
 		return
 	case noKey:
 		w.event(metrics.EventNoKey)

@@ -464,6 +464,11 @@ func (s *StreamSource) delivery(ss *session, e entry) *streamDelivery {
 // is the body, the others are headers.
 func streamMessage(o Options, fields map[string]any) broker.Message {
 	m := broker.Message{Source: o.Name, Kind: Kind, Queue: o.Stream}
+	if _, ok := fields[o.BodyField]; !ok {
+		// Forwarded, it would reach the app as an empty body, and a 2xx
+		// to that would mark the key done with its data never seen.
+		m.Unforwardable = fmt.Sprintf("no %q field (body_field)", o.BodyField)
+	}
 	for k, v := range fields {
 		// go-redis gives every field as a string; fmt only for anything else.
 		sv, ok := v.(string)
