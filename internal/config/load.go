@@ -96,6 +96,13 @@ func LoadWithOrigins(path string, environ []string) (*Config, Origins, error) {
 		errs = append(errs, decode(m, &src, prefix)...)
 		for _, other := range SourceTypes() {
 			if _, set := m[other]; set && src.Type != other {
+				_, typed := m["type"]
+				if _, own := m[src.Type]; !typed && !own {
+					// The default type, not one the user wrote, and no
+					// block of it: say so, and what to write.
+					errs = append(errs, fmt.Errorf("%s.%s: set, but %s.type is not, and it defaults to %q: add type: %s", prefix, other, prefix, src.Type, other))
+					continue
+				}
 				errs = append(errs, fmt.Errorf("%s.%s: set, but the source's type is %q", prefix, other, src.Type))
 			}
 		}

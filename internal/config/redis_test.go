@@ -22,6 +22,11 @@ func TestRedisSourceLoads(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `sources[0].redis: set, but the source's type is "rabbitmq"`) {
 		t.Fatalf("error %v, want the redis block refused on a rabbitmq source", err)
 	}
+	// No type written: the error says the type defaulted, and what to add.
+	_, err = loadKafka(t, "  - name: q\n    redis: {queue: q}\n", nil)
+	if err == nil || !strings.Contains(err.Error(), `sources[0].redis: set, but sources[0].type is not, and it defaults to "rabbitmq": add type: redis`) {
+		t.Fatalf("error %v, want it to name the missing type", err)
+	}
 }
 
 // Each broken field of a valid redis source is reported with its path.
