@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/config"
+	"github.com/dedupe-proxy/dedupe-proxy/internal/webhook"
 )
 
 // initSecretVar is the variable a webhook source written by init reads
@@ -129,7 +130,7 @@ app:
   url: %s
 
 seenset:
-  redis:
+%s  redis:
     addrs: ["127.0.0.1:6379"]
 
 sources:
@@ -138,9 +139,20 @@ sources:
     path: /
     # Where each message's dedupe key comes from (config.example.yaml lists the rules).
     key: ["json:meta.id"]
-`, kind, yamlString(consumer), yamlString(appURL), yamlString(name), kind)
+`, kind, yamlString(consumer), yamlString(appURL), initTTL(kind), yamlString(name), kind)
 	b.WriteString(strings.NewReplacer("{name}", yamlString(name), "{consumer}", yamlString(consumer)).Replace(config.KindOf(kind).Init))
 	return b.String()
+}
+
+// initTTL is the seenset.ttl line of a webhook source's config: its
+// profile's senders retry for longer than the default TTL keeps a key,
+// and validate warns until it is raised.
+func initTTL(kind string) string {
+	if kind != "webhook" {
+		return ""
+	}
+	h := webhook.RetryHorizon(webhook.ProfileStandard)
+	return fmt.Sprintf("  # standard-webhooks senders may retry an event for up to %dh.\n  ttl: %dh\n", int(h.Hours()), int(h.Hours()))
 }
 
 // yamlString writes s as a YAML scalar: a JSON string is one, so a value

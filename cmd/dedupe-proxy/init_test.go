@@ -42,8 +42,8 @@ func TestInitWritesValidConfig(t *testing.T) {
 				t.Fatalf("init: exit %d: %s", code, errOut)
 			}
 			p := writeConfig(t, out)
-			if code, vout, verr := cli("validate", "--config", p); code != 0 {
-				t.Fatalf("validate: exit %d: %s%s\n%s", code, vout, verr, out)
+			if code, vout, verr := cli("validate", "--config", p); code != 0 || strings.Contains(vout, "warning") {
+				t.Fatalf("validate: exit %d, want 0 without a warning: %s%s\n%s", code, vout, verr, out)
 			}
 			cfg, err := config.Load(p, []string{"WEBHOOK_SECRET=x"})
 			if err != nil {
