@@ -144,7 +144,7 @@ sources:
 		return err
 	}
 
-	fmt.Printf("dedupe-proxy demo\n  broker: %s\n  seen-set: %s, prefix %s\n  app %s, %d proxy replicas\n  logs and config in %s\n",
+	fmt.Printf("dedupe-proxy demo\n  broker: %s\n  seen-set: %s, prefix %s\n  app %s, %d proxy replicas\n  logs and config in %s (kept only if the demo fails)\n",
 		br.describe(), store.describe, store.prefix, appAddr, o.replicas, dir)
 	var proxies fleet
 	defer func() { proxies.stop() }()

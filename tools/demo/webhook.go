@@ -101,7 +101,7 @@ sources:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
-	fmt.Printf("dedupe-proxy webhook demo\n  sender → %d proxies' webhook listeners → RabbitMQ queue %s → their rabbitmq source → app %s\n  seen-set: %s, prefix %s\n  logs and config in %s\n",
+	fmt.Printf("dedupe-proxy webhook demo\n  sender → %d proxies' webhook listeners → RabbitMQ queue %s → their rabbitmq source → app %s\n  seen-set: %s, prefix %s\n  logs and config in %s (kept only if the demo fails)\n",
 		o.replicas, br.queue, appAddr, store.describe, store.prefix, dir)
 
 	var proxies fleet
