@@ -232,3 +232,34 @@ func TestAckFailureOnLostDeliveryIsDebug(t *testing.T) {
 		t.Fatalf("ack failure lines:\n%s", logs.String())
 	}
 }
+
+// A message given up on before it reached the app says why, and carries
+// no status or reason of an answer it never had.
+func TestTooLargeLineHasNoAnswer(t *testing.T) {
+	var logs testutil.LogBuffer
+	ex, err := keys.Parse([]string{"json:meta.id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: seenset.NewMemory(), Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
+		MaxAttempts: 1, BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, CommitAttempts: 1, MaxBodyBytes: 8,
+		Logger: logs.JSONLogger(),
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Keys: ex})
+	d := newRecDelivery("")
+	d.msg.Body = []byte(`{"meta":{"id":"big-1"}}`)
+	h(d)
+	lines := logs.With(t, "WARN", "body too large")
+	if len(lines) != 1 {
+		t.Fatalf("%d 'body too large' lines, want 1:\n%s", len(lines), logs.String())
+	}
+	for _, k := range []string{"status", "reason"} {
+		if v, ok := lines[0][k]; ok {
+			t.Errorf("the line has %s=%v, an answer the app never gave", k, v)
+		}
+	}
+	if lines[0]["bytes"] != float64(len(d.msg.Body)) {
+		t.Errorf("line %v, want the body's size", lines[0])
+	}
+}

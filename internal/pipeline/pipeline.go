@@ -645,7 +645,12 @@ func (w *work) attrs(extra ...any) []any {
 // zero one when it was never asked).
 func (w *work) fail(last forward.Result, msg string, extra ...any) {
 	w.event(metrics.EventFailed)
-	a := append([]any{slog.Int("status", last.Status), slog.String("reason", last.Reason)}, extra...)
+	a := extra
+	if last.Status != 0 || last.Reason != "" {
+		// A message given up on before it reached the app (too large,
+		// unforwardable) has no answer to report.
+		a = append([]any{slog.Int("status", last.Status), slog.String("reason", last.Reason)}, extra...)
+	}
 	w.s.p.log.Warn(msg, w.attrs(a...)...)
 }
 
