@@ -94,15 +94,27 @@ func LoadWithOrigins(path string, environ []string) (*Config, Origins, error) {
 		src := DefaultSource()
 		errs = append(errs, unknownKeys(m, reflect.TypeOf(Source{}), prefix)...)
 		errs = append(errs, decode(m, &src, prefix)...)
+		_, typed := m["type"]
+		_, own := m[src.Type]
+		var blocks []string // blocks of another type than the source's
 		for _, other := range SourceTypes() {
 			if _, set := m[other]; set && src.Type != other {
-				_, typed := m["type"]
-				if _, own := m[src.Type]; !typed && !own {
-					// The default type, not one the user wrote, and no
-					// block of it: say so, and what to write.
-					errs = append(errs, fmt.Errorf("%s.%s: set, but %s.type is not, and it defaults to %q: add type: %s", prefix, other, prefix, src.Type, other))
-					continue
-				}
+				blocks = append(blocks, other)
+			}
+		}
+		switch {
+		case len(blocks) == 0:
+		case !typed && !own && len(blocks) == 1:
+			// The default type, not one the user wrote, and no block of
+			// it: say so, and what to write, and check the block as the
+			// type it is for, so the default's own requirements
+			// (rabbitmq.queue) do not show up as a second, baffling error.
+			errs = append(errs, fmt.Errorf("%s.%s: set, but %s.type is not, and it defaults to %q: add type: %s", prefix, blocks[0], prefix, src.Type, blocks[0]))
+			src.Type = blocks[0]
+		case !typed && !own:
+			errs = append(errs, fmt.Errorf("%s: %s blocks set, but %s.type is not, and it defaults to %q: add the type of the one you mean and remove the others", prefix, strings.Join(blocks, " and "), prefix, src.Type))
+		default:
+			for _, other := range blocks {
 				errs = append(errs, fmt.Errorf("%s.%s: set, but the source's type is %q", prefix, other, src.Type))
 			}
 		}

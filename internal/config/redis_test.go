@@ -24,8 +24,9 @@ func TestRedisSourceLoads(t *testing.T) {
 	}
 	// No type written: the error says the type defaulted, and what to add.
 	_, err = loadKafka(t, "  - name: q\n    redis: {queue: q}\n", nil)
-	if err == nil || !strings.Contains(err.Error(), `sources[0].redis: set, but sources[0].type is not, and it defaults to "rabbitmq": add type: redis`) {
-		t.Fatalf("error %v, want it to name the missing type", err)
+	if err == nil || !strings.Contains(err.Error(), `sources[0].redis: set, but sources[0].type is not, and it defaults to "rabbitmq": add type: redis`) ||
+		strings.Contains(err.Error(), "rabbitmq.queue") {
+		t.Fatalf("error %v, want it to name the missing type, and nothing of the rabbitmq block never written", err)
 	}
 }
 

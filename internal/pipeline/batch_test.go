@@ -405,3 +405,21 @@ func TestSetSlowMessageHoldsOnlyItself(t *testing.T) {
 		t.Fatalf("%d single claims, want 0", n)
 	}
 }
+
+// A message that cannot be forwarded as it came is given up on in a batch
+// too, never claimed ahead and forwarded: the messages around it go.
+func TestBatchUnforwardableIsNeverForwarded(t *testing.T) {
+	st := newCountingStore()
+	app := &recorder{}
+	_, h := newBatchPipeline(st, app, time.Minute)
+	ds, cs := batchOf(st, "a", "b", "c")
+	cs[1].msg.Unforwardable = `no "body" field (body_field)`
+	h(ds)
+	if got := fmt.Sprint(app.got()); got != `[a c]` {
+		t.Fatalf("app saw %s, want a and c only", got)
+	}
+	wantSettled(t, cs, "ack", "dead_letter", "ack")
+	if s, _ := st.Status(context.Background(), stored+"b"); s.State != seenset.Absent {
+		t.Fatalf("the unforwardable message's key is %s, want absent", s.State)
+	}
+}

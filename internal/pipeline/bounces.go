@@ -3,6 +3,7 @@ package pipeline
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // maxBounced bounds the keys one source counts bounces of.
@@ -18,42 +19,68 @@ const maxBounced = 4096
 // message five times a second, for as long as it stayed. With the count
 // the wait grows as a retry's does, to backoff_max.
 //
-// A success or a dead letter of the key ends its count. The count is this
-// replica's own (another replica that gets the message starts at one) and
-// lives only in memory; past maxBounced keys a new one is not counted, and
-// its wait stays at backoff_initial, as before.
+// A success or a dead letter of the key on this source ends its count.
+// A message can also leave without either (another replica settles it,
+// a quorum queue's delivery limit drops it, an operator purges the
+// queue), so a count not added to for stale, longer than a bounce's
+// longest wait, counts as ended: the key starts at one again, and a full
+// map makes room by dropping such counts. The count is this replica's
+// and this source's own, in memory; past maxBounced live keys a new one
+// is not counted, and its wait stays at backoff_initial.
 type bounces struct {
+	stale time.Duration
 	// n is len(m): every settle reads it, and only takes the lock when
 	// some key is counted.
 	n  atomic.Int32
 	mu sync.Mutex
-	m  map[string]int
+	m  map[string]bounce
 }
 
-// add counts one more bounce of key and returns how many there were,
-// this one included; 1 for a message without a key.
-func (b *bounces) add(key string) int {
+type bounce struct {
+	n    int
+	last time.Time
+}
+
+// add counts one more bounce of key, at now, and returns how many there
+// were, this one included; 1 for a message without a key.
+func (b *bounces) add(key string, now time.Time) int {
 	if key == "" {
 		return 1
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n, ok := b.m[key]
+	c, ok := b.m[key]
+	if ok && now.Sub(c.last) > b.stale {
+		c.n = 0
+	}
 	if !ok && len(b.m) >= maxBounced {
-		return 1
+		for k, o := range b.m {
+			if now.Sub(o.last) > b.stale {
+				delete(b.m, k)
+			}
+		}
+		if len(b.m) >= maxBounced {
+			b.n.Store(int32(len(b.m)))
+			return 1
+		}
 	}
 	if b.m == nil {
-		b.m = make(map[string]int)
+		b.m = make(map[string]bounce)
 	}
-	n++
-	b.m[key] = n
+	c.n++
+	c.last = now
+	b.m[key] = c
 	b.n.Store(int32(len(b.m)))
-	return n
+	return c.n
 }
+
+// counting reports whether any key is counted: the only case in which a
+// settle has a count to end.
+func (b *bounces) counting() bool { return b.n.Load() != 0 }
 
 // end forgets key's count: its message succeeded or was dead-lettered.
 func (b *bounces) end(key string) {
-	if b.n.Load() == 0 || key == "" {
+	if key == "" {
 		return
 	}
 	b.mu.Lock()

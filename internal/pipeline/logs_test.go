@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupe-proxy/dedupe-proxy/internal/broker"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/forward"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/keys"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/pipeline"
@@ -261,5 +262,43 @@ func TestTooLargeLineHasNoAnswer(t *testing.T) {
 	}
 	if lines[0]["bytes"] != float64(len(d.msg.Body)) {
 		t.Errorf("line %v, want the body's size", lines[0])
+	}
+}
+
+// A message given up on before it had a claim (here: too large) on a
+// source that requeues and has no dead letter bounces too: the wait
+// before each give-back grows with the times it came back, by its key
+// when the rules find one, else by its message id.
+func TestGivenUpBeforeAClaimBouncesWithAGrowingWait(t *testing.T) {
+	ex, err := keys.Parse([]string{"json:meta.id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{
+		Consumer: "c", Store: seenset.NewMemory(), Forwarder: &script{res: []forward.Result{ok}}, Lease: time.Second, TTL: time.Hour,
+		MaxAttempts: 1, BackoffInitial: 20 * time.Millisecond, BackoffMax: 160 * time.Millisecond, CommitAttempts: 1,
+		MaxBodyBytes: 8,
+	})
+	h := p.Handler(pipeline.SourceOptions{Name: "s", Kind: "rabbitmq", Keys: ex, Requeues: true})
+	for _, tc := range []struct{ name, body, id string }{
+		{"by key", `{"meta":{"id":"big-1"}}`, ""},
+		{"by message id", `not json, and long`, "mid-1"},
+	} {
+		// Lower bounds only: a loaded machine makes a wait longer.
+		want := 20 * time.Millisecond
+		for k := 1; k <= 5; k++ {
+			d := newRecDelivery("")
+			d.msg.Body, d.msg.MessageID = []byte(tc.body), tc.id
+			d.dlErr = broker.ErrNoDeadLetter
+			start := time.Now()
+			h(d)
+			if took := time.Since(start); took < want*9/10 {
+				t.Errorf("%s: give-back %d took %s, want at least %s", tc.name, k, took, want)
+			}
+			if got := fmt.Sprint(d.settled()); got != "[requeue]" {
+				t.Fatalf("%s: settled %s, want [requeue]", tc.name, got)
+			}
+			want = min(2*want, 160*time.Millisecond)
+		}
 	}
 }

@@ -253,6 +253,8 @@ func (p *Pipeline) source(s SourceOptions) *source {
 	}
 	p.m.InitSource(s.Name, s.Kind)
 	src := &source{SourceOptions: s, p: p, m: p.bind(s.Name), prefix: p.o.Consumer + ":" + s.KeySpace + ":"}
+	// Past a bounce's longest wait, and its redelivery, with room to spare.
+	src.bounced.stale = 2*p.o.BackoffMax + 30*time.Second
 	src.rules = strings.Join(s.Keys.Specs(), ", ")
 	src.noKey = statelog.NewLimiter(time.Second, func(n int) {
 		p.log.Info("no usable key", slog.String("source", s.Name), slog.String("rules", src.rules), slog.Int("suppressed", n))
@@ -363,7 +365,7 @@ func (w *work) deadLetter(info broker.DeadLetterInfo) error {
 	switch {
 	case err == nil:
 		w.settled = true
-		w.s.bounced.end(w.c.Key())
+		w.endBounces()
 		w.result(metrics.DeadLettered)
 		p.log.Warn("dead-lettered", w.attrs(slog.String("reason", info.Reason), slog.Int("attempt", info.Attempts))...)
 	case !errors.Is(err, broker.ErrNoDeadLetter):
@@ -471,7 +473,7 @@ func (w *work) ack(result string) {
 	// waiting on the network (RabbitMQ's acks are coalesced and written
 	// by the channel, Kafka's only mark the offset).
 	w.settled = true
-	w.s.bounced.end(w.c.Key())
+	w.endBounces()
 	if err := w.d.Ack(context.Background()); err != nil {
 		w.event(metrics.EventSettleFailed)
 		w.s.p.log.Log(context.Background(), w.settleErrLevel(), "ack failed; the broker will redeliver and the seen-set will skip it", w.attrs(slog.String("err", err.Error()))...)

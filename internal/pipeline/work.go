@@ -82,11 +82,7 @@ func (w *work) identify() (_ problem, why string) {
 		return tooLarge, ""
 	}
 	if m.Unforwardable != "" {
-		// Never forwarded, so never claimed; the key, when it has one,
-		// only counts the times it is given back (bounces).
-		if key, _ := w.s.Keys.Key(m); key != "" && !w.c.Begun() {
-			w.c = p.claims.Begin(w.s.prefix+key, seenset.Digest{})
-		}
+		// Never forwarded, so no session: a batch would claim it ahead.
 		return unforwardable, m.Unforwardable
 	}
 	if !w.c.Begun() {
@@ -97,6 +93,32 @@ func (w *work) identify() (_ problem, why string) {
 		w.c = p.claims.Begin(w.s.prefix+key, w.s.Digest.DigestMessage(m))
 	}
 	return fine, ""
+}
+
+// bounceKey names the message in the source's bounces: its stored key,
+// also for a message given up on before its session began (too large,
+// unforwardable), else its message id; "" when it has neither.
+func (w *work) bounceKey() string {
+	if k := w.c.Key(); k != "" {
+		return k
+	}
+	m := w.d.Message()
+	if k, _ := w.s.Keys.Key(m); k != "" {
+		return w.s.prefix + k
+	}
+	if m.MessageID != "" {
+		// A control character no message key has (keys.usable).
+		return w.s.prefix + "\x00id:" + m.MessageID
+	}
+	return ""
+}
+
+// endBounces ends the message's count of bounces: it was acked or
+// dead-lettered. Only a source that counts some key looks its key up.
+func (w *work) endBounces() {
+	if w.s.bounced.counting() {
+		w.s.bounced.end(w.bounceKey())
+	}
 }
 
 // key is the message key, "" when none: the session's stored key
@@ -400,7 +422,7 @@ func (w *work) giveUp(info broker.DeadLetterInfo, canRetry bool) next {
 	if w.s.Requeues {
 		// Given back below, and handed straight back by the broker:
 		// the wait grows with the times it came back (bounces).
-		n = max(n, w.s.bounced.add(w.c.Key()))
+		n = max(n, w.s.bounced.add(w.bounceKey(), time.Now()))
 	}
 	if !w.Wait(p.backoff(n, 0)) {
 		w.requeue("stopped")
