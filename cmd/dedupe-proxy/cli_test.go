@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/spf13/cobra"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/buildinfo"
@@ -446,21 +447,39 @@ func TestDoctorPrintsNoGoRedisLines(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var out, errb strings.Builder
+	var code int
+	raw := goRedisStderr(t, func() {
+		code = execute([]string{"doctor", "--config", cfg}, strings.NewReader(""), &out, &errb)
+	})
+	if code != 1 || !strings.Contains(out.String(), "not reachable") {
+		t.Fatalf("exit %d, stdout %s", code, out.String())
+	}
+	if s := raw + errb.String(); strings.Contains(s, "redis:") || strings.Contains(s, "pool") {
+		t.Fatalf("go-redis lines on stderr:\n%s", s)
+	}
+}
+
+// goRedisStderr runs f with go-redis' default logger on and returns what
+// reached the process's stderr meanwhile: that logger writes to os.Stderr
+// as it is when the logger is made, so it is made on a pipe.
+func goRedisStderr(t *testing.T, f func()) string {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	saved := os.Stderr
 	os.Stderr = w
-	var out, errb strings.Builder
-	code := execute([]string{"doctor", "--config", cfg}, strings.NewReader(""), &out, &errb)
+	defer func() { os.Stderr = saved }()
+	logging.Enable()
+	caught := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		caught <- string(b)
+	}()
+	f()
 	os.Stderr = saved
 	_ = w.Close()
-	raw, _ := io.ReadAll(r)
-	if code != 1 || !strings.Contains(out.String(), "not reachable") {
-		t.Fatalf("exit %d, stdout %s", code, out.String())
-	}
-	if s := string(raw) + errb.String(); strings.Contains(s, "redis:") || strings.Contains(s, "pool") {
-		t.Fatalf("go-redis lines on stderr:\n%s", s)
-	}
+	return <-caught
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/dedupe-proxy/dedupe-proxy/internal/seenset"
 	"github.com/dedupe-proxy/dedupe-proxy/internal/testutil"
@@ -178,33 +176,18 @@ sources:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// go-redis' default logger writes to os.Stderr as it is when the
-	// logger is made: catch it in a pipe, with the default logger on.
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := os.Stderr
-	os.Stderr = w
-	t.Cleanup(func() { os.Stderr = stderr })
-	logging.Enable()
-	caught := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		caught <- string(b)
-	}()
-	for _, args := range [][]string{
-		{"keys", "status", "order-7", "--config", cfgPath},
-		{"keys", "list", "--config", cfgPath},
-	} {
-		var out, errOut bytes.Buffer
-		if code := run(args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "127.0.0.1:1") {
-			t.Errorf("%v = %d, stdout %q, stderr %q; want exit 1 and the address", args, code, out.String(), errOut.String())
+	got := goRedisStderr(t, func() {
+		for _, args := range [][]string{
+			{"keys", "status", "order-7", "--config", cfgPath},
+			{"keys", "list", "--config", cfgPath},
+		} {
+			var out, errOut bytes.Buffer
+			if code := run(args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "127.0.0.1:1") {
+				t.Errorf("%v = %d, stdout %q, stderr %q; want exit 1 and the address", args, code, out.String(), errOut.String())
+			}
 		}
-	}
-	os.Stderr = stderr
-	w.Close()
-	if got := <-caught; got != "" {
+	})
+	if got != "" {
 		t.Errorf("go-redis printed its own lines besides the command's:\n%s", got)
 	}
 }
