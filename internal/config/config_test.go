@@ -263,11 +263,7 @@ func TestValidateNeverEchoesAPassword(t *testing.T) {
 			c.Sources[0].Kafka.Brokers = []string{"u:" + secret + "@kafka:9092"}
 		}},
 	} {
-		c := Default()
-		c.Consumer = "c"
-		s := DefaultSource()
-		s.Name, s.RabbitMQ.Queue = "orders", "orders"
-		c.Sources = []Source{s}
+		c := minimalConfig()
 		tc.mutate(&c)
 		err := c.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.path+": ") {
@@ -332,11 +328,7 @@ func TestAppURLValidatedAsRunTakesIt(t *testing.T) {
 		{"http://127.0.0.1:99999", "port 99999"},
 		{"http://127.0.0.1:0/", "port 0"},
 	} {
-		c := Default()
-		c.Consumer = "c"
-		s := DefaultSource()
-		s.Name, s.RabbitMQ.Queue = "orders", "orders"
-		c.Sources = []Source{s}
+		c := minimalConfig()
 		c.App.URL = tc.url
 		err := c.Validate()
 		_, runErr := forward.New(forward.Config{URL: tc.url})

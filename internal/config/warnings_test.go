@@ -18,11 +18,7 @@ func TestHealthURLMayBeAPath(t *testing.T) {
 		{"http:///nohost", false},
 		{"tcp://x", false},
 	} {
-		c := Default()
-		c.Consumer = "c"
-		s := DefaultSource()
-		s.Name, s.RabbitMQ.Queue = "orders", "orders"
-		c.Sources = []Source{s}
+		c := minimalConfig()
 		c.App.HealthURL = tc.url
 		if err := c.Validate(); (err == nil) != tc.ok {
 			t.Errorf("health_url %q: err = %v, want ok=%v", tc.url, err, tc.ok)
@@ -83,11 +79,7 @@ func TestWarningsRecordKeyAndShutdownTimeout(t *testing.T) {
 // key_space is a name, never one with ':' (it would let one source's
 // "<space>:<key>" equal another's key).
 func TestKeySpaceIsAName(t *testing.T) {
-	c := Default()
-	c.Consumer = "c"
-	s := DefaultSource()
-	s.Name, s.RabbitMQ.Queue = "orders", "orders"
-	c.Sources = []Source{s}
+	c := minimalConfig()
 	for _, tc := range []struct {
 		space string
 		ok    bool
@@ -99,7 +91,7 @@ func TestKeySpaceIsAName(t *testing.T) {
 		}
 	}
 	c.Sources[0].KeySpace = ""
-	o := s
+	o := c.Sources[0]
 	o.Name, o.KeySpace = "returns", "orders"
 	c.Sources = append(c.Sources, o)
 	if got := c.KeySpaces(); len(got) != 1 || got[0] != "orders" {
@@ -111,11 +103,7 @@ func TestKeySpaceIsAName(t *testing.T) {
 // done mark lives shorter than a claim, so a duplicate that waited out the
 // claim can arrive after the done mark is gone. Equal or above: no word.
 func TestWarningsTTLBelowLease(t *testing.T) {
-	c := Default()
-	c.Consumer = "c"
-	s := DefaultSource()
-	s.Name, s.RabbitMQ.Queue = "orders", "orders"
-	c.Sources = []Source{s}
+	c := minimalConfig()
 	c.SeenSet.Lease, c.SeenSet.TTL = 30*time.Second, 10*time.Second
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -133,11 +121,7 @@ func TestWarningsTTLBelowLease(t *testing.T) {
 // content_type is a parseable media type; the error names the field. It
 // can be set from the environment like every other field.
 func TestContentTypeIsAMediaType(t *testing.T) {
-	c := Default()
-	c.Consumer = "c"
-	s := DefaultSource()
-	s.Name, s.RabbitMQ.Queue = "orders", "orders"
-	c.Sources = []Source{s}
+	c := minimalConfig()
 	for _, tc := range []struct {
 		ct string
 		ok bool
@@ -149,4 +133,15 @@ func TestContentTypeIsAMediaType(t *testing.T) {
 			t.Errorf("content_type %q: err = %v, want ok=%v", tc.ct, err, tc.ok)
 		}
 	}
+}
+
+// minimalConfig is a valid config of one rabbitmq source, "orders", with
+// every other setting at its default: what a test changes one field of.
+func minimalConfig() Config {
+	c := Default()
+	c.Consumer = "c"
+	s := DefaultSource()
+	s.Name, s.RabbitMQ.Queue = "orders", "orders"
+	c.Sources = []Source{s}
+	return c
 }
